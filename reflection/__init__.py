@@ -1,0 +1,38 @@
+"""reflection: check an LLM agent's tool calls before they execute."""
+
+from reflection.formats import normalize_call, normalize_calls, normalize_history, normalize_tools
+from reflection.model import (
+    SEMANTIC_CHECKS,
+    STATIC_CHECKS,
+    CheckResult,
+    Finding,
+    History,
+    Message,
+    ReflectionResult,
+    SemanticCheckResult,
+    StaticResult,
+    ToolCall,
+    ToolInventory,
+    ToolSpec,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SEMANTIC_CHECKS",
+    "STATIC_CHECKS",
+    "CheckResult",
+    "Finding",
+    "History",
+    "Message",
+    "ReflectionResult",
+    "SemanticCheckResult",
+    "StaticResult",
+    "ToolCall",
+    "ToolInventory",
+    "ToolSpec",
+    "normalize_call",
+    "normalize_calls",
+    "normalize_history",
+    "normalize_tools",
+]

@@ -1,0 +1,93 @@
+"""Strict JSON parsing and the JSON-like check used at the public API boundary."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import orjson
+
+# orjson reads integers beyond 64 bits as floats; such text goes to the exact stdlib parser.
+_LONG_DIGITS = re.compile(rb"\d{19,}")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+_SCALARS = (str, int, bool, type(None))
+
+
+def parse_json(text: str | bytes) -> Any:
+    """Parse RFC 8259 JSON. NaN, Infinity and trailing data are errors (orjson is strict).
+
+    Raises ValueError with the parser's message.
+    """
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(str(exc)) from None
+    raw = text.encode() if isinstance(text, str) else text
+    if _LONG_DIGITS.search(raw):
+        return json.loads(raw, parse_constant=_reject_constant)
+    return value
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """Key-order-independent bytes for a JSON value, for content-keyed caches."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # integers beyond 64 bits
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=True).encode()
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text (exact for any integer size)."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def non_json_location(value: Any, path: str = "$") -> str | None:
+    """Path and type of the first part of `value` that is not JSON-like, else None.
+
+    JSON-like means dict with str keys, list/tuple, str, int, float, bool or None.
+    Non-finite floats are JSON-like here (they are data errors, reported by checks).
+    """
+    if isinstance(value, _SCALARS) or isinstance(value, float):
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path} (key {key!r} of type {type(key).__name__})"
+            found = non_json_location(item, f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = non_json_location(item, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    return f"{path} ({type(value).__name__})"
+
+
+def require_json_like(value: Any, argument: str) -> None:
+    """Raise TypeError naming `argument` when `value` is not JSON-like (API misuse)."""
+    where = non_json_location(value)
+    if where is not None:
+        raise TypeError(f"{argument}: expected a JSON-like value, found a non-JSON object at {where}")
+
+
+def has_non_finite(value: Any) -> bool:
+    """True when a NaN or infinity hides anywhere in `value`."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(has_non_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(has_non_finite(v) for v in value)
+    return False

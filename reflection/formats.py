@@ -1,0 +1,356 @@
+"""Normalise what agent frameworks produce into the internal model.
+
+Nothing outside this module knows about foreign shapes. Every function here accepts any
+JSON value: data that cannot be read becomes a `SpecProblem`, a `ToolCall.error` or a
+`History.problems` entry with a message a person can act on. Only objects that are not
+JSON-like at all (API misuse) raise `TypeError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reflection._json import canonical_bytes, has_non_finite, parse_json, require_json_like
+from reflection.model import History, Message, SpecProblem, ToolCall, ToolInventory, ToolSpec
+
+__all__ = ["normalize_tools", "normalize_call", "normalize_calls", "normalize_history"]
+
+# Python and BFCL type names -> JSON Schema. JSON Schema never uses these names itself,
+# so the mapping is safe to apply to every spec.
+_TYPE_NAMES: dict[str, str | None] = {
+    "str": "string",
+    "int": "integer",
+    "float": "number",
+    "bool": "boolean",
+    "list": "array",
+    "tuple": "array",
+    "dict": "object",
+    "any": None,  # no type constraint
+}
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SUBSCHEMA = (
+    "items", "additionalItems", "additionalProperties", "contains", "not", "if", "then", "else",
+    "propertyNames", "unevaluatedItems", "unevaluatedProperties",
+)
+_SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+_EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+            type(None): "null", int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+# --- tool specs --------------------------------------------------------------------------
+
+
+def normalize_tools(raw: Any) -> ToolInventory:
+    """Normalise tool specs in any supported shape into a `ToolInventory`.
+
+    Accepts a list of tools (or one tool): OpenAI `{"type": "function", "function": {...}}`,
+    bare functions `{name, description, parameters}`, Anthropic `input_schema`, MCP
+    `inputSchema`, BFCL type names (`dict`, `float`, `tuple`, `any`) and the parameter-list
+    form `{"name", "parameters": [{"name", "type", "required"}]}`. Also `ToolSpec` objects
+    and an existing `ToolInventory`. A JSON string is parsed first.
+    """
+    if isinstance(raw, ToolInventory):
+        return raw
+    if isinstance(raw, ToolSpec):
+        return ToolInventory(tools=(raw,))
+    if isinstance(raw, (list, tuple)) and raw and all(isinstance(t, ToolSpec) for t in raw):
+        return ToolInventory(tools=tuple(raw))
+    require_json_like(raw, "tools")
+    if isinstance(raw, str):
+        try:
+            raw = parse_json(raw)
+        except ValueError as exc:
+            return ToolInventory(problems=(SpecProblem(index=0, name=None, message=f"tool specs are not valid JSON: {exc}"),))
+    # Normalisation is pure, so identical tool lists (the common case in logs) share one result.
+    key = canonical_bytes(raw)
+    inventory = _INVENTORIES.get(key)
+    if inventory is None:
+        if len(_INVENTORIES) >= _INVENTORY_CACHE_SIZE:
+            _INVENTORIES.clear()  # bounded memory on streams of ever-new specs
+        inventory = _INVENTORIES[key] = _normalize_tools_uncached(raw)
+    return inventory
+
+
+_INVENTORY_CACHE_SIZE = 4096
+_INVENTORIES: dict[bytes, ToolInventory] = {}
+
+
+def _normalize_tools_uncached(raw: Any) -> ToolInventory:
+    if raw is None or raw == [] or raw == {}:
+        return ToolInventory(empty=True)
+    if isinstance(raw, dict) and isinstance(raw.get("tools"), list):
+        raw = raw["tools"]
+    items = raw if isinstance(raw, list) else [raw]
+    tools: list[ToolSpec] = []
+    problems: list[SpecProblem] = []
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        spec = _normalize_tool(item, index)
+        if isinstance(spec, SpecProblem):
+            problems.append(spec)
+        elif spec.name in seen:
+            problems.append(SpecProblem(index=index, name=spec.name,
+                                        message=f"tool {spec.name!r} is defined more than once; the first definition is used"))
+        else:
+            seen.add(spec.name)
+            tools.append(spec)
+    return ToolInventory(tools=tuple(tools), problems=tuple(problems))
+
+
+def _normalize_tool(item: Any, index: int) -> ToolSpec | SpecProblem:
+    if not isinstance(item, dict):
+        return SpecProblem(index=index, name=None, message=f"tool spec #{index} must be an object, got {_kind(item)}")
+    fmt: str
+    body = item
+    if isinstance(item.get("function"), dict) and item.get("type", "function") == "function":
+        fmt, body = "openai", item["function"]
+    elif "input_schema" in item:
+        fmt = "anthropic"
+    elif "inputSchema" in item:
+        fmt = "mcp"
+    elif isinstance(item.get("parameters"), list):
+        fmt = "parameter_list"
+    else:
+        fmt = "function"
+    name = body.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return SpecProblem(index=index, name=None, message=f"tool spec #{index} has no name (expected a non-empty string under \"name\")")
+    description = body.get("description", "")
+    if description is None:
+        description = ""
+    if not isinstance(description, str):
+        return SpecProblem(index=index, name=name, message=f"tool {name!r}: description must be a string, got {_kind(description)}")
+    key = {"openai": "parameters", "function": "parameters", "parameter_list": "parameters",
+           "anthropic": "input_schema", "mcp": "inputSchema"}[fmt]
+    schema = body.get(key)
+    if fmt == "parameter_list":
+        result = _parameter_list_schema(schema, name)
+        if isinstance(result, str):
+            return SpecProblem(index=index, name=name, message=result)
+        schema = result
+    elif schema is None:
+        schema = _EMPTY_PARAMETERS
+    elif not isinstance(schema, dict):
+        return SpecProblem(index=index, name=name, message=f"tool {name!r}: {key} must be a JSON Schema object, got {_kind(schema)}")
+    else:
+        schema = _map_type_names(schema)
+        declared = schema.get("type")
+        if declared is not None and declared != "object" and not (isinstance(declared, list) and "object" in declared):
+            return SpecProblem(index=index, name=name, message=f"tool {name!r}: {key} must describe an object (\"type\": \"object\"), got \"type\": {declared!r}")
+    return ToolSpec(name=name, description=description, parameters=schema, source_format=fmt)  # type: ignore[arg-type]
+
+
+def _parameter_list_schema(params: list[Any], tool: str) -> dict[str, Any] | str:
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for i, param in enumerate(params):
+        if not isinstance(param, dict) or not isinstance(param.get("name"), str) or not param["name"]:
+            return f"tool {tool!r}: parameter #{i} must be an object with a non-empty \"name\""
+        prop = {k: v for k, v in param.items() if k not in ("name", "required")}
+        properties[param["name"]] = _map_type_names(prop)
+        if param.get("required") is True:
+            required.append(param["name"])
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def _map_type_names(schema: Any) -> Any:
+    """Copy of `schema` with Python/BFCL type names replaced by JSON Schema ones, at any depth."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    declared = out.get("type")
+    if isinstance(declared, str) and declared.lower() in _TYPE_NAMES:
+        mapped = _TYPE_NAMES[declared.lower()]
+        if mapped is None:
+            del out["type"]
+        else:
+            out["type"] = mapped
+    elif isinstance(declared, list):
+        mapped_list = [_TYPE_NAMES.get(t.lower(), t) if isinstance(t, str) else t for t in declared]
+        if None in mapped_list:
+            del out["type"]
+        else:
+            out["type"] = list(dict.fromkeys(mapped_list))
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {k: _map_type_names(v) for k, v in out[key].items()}
+    for key in _SUBSCHEMA:
+        if isinstance(out.get(key), dict):
+            out[key] = _map_type_names(out[key])
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [_map_type_names(v) for v in out[key]]
+    return out
+
+
+# --- tool calls ----------------------------------------------------------------------------
+
+
+def normalize_calls(raw: Any) -> list[ToolCall]:
+    """Normalise one call or many: a list of calls, an assistant message with `tool_calls`
+    (OpenAI) or `tool_use` content blocks (Anthropic), or a single call in any supported shape.
+    """
+    if isinstance(raw, ToolCall):
+        return [raw]
+    require_json_like(raw, "call")
+    if isinstance(raw, str):
+        try:
+            raw = parse_json(raw)
+        except ValueError as exc:
+            return [ToolCall(name="", error=f"tool call is not valid JSON: {exc}")]
+    if isinstance(raw, (list, tuple)):
+        if not raw:
+            return [ToolCall(name="", error="no tool call was given (an empty list)")]
+        return [normalize_call(item) for item in raw]
+    if isinstance(raw, dict):
+        if isinstance(raw.get("tool_calls"), list) and "function" not in raw:
+            return normalize_calls(raw["tool_calls"])
+        if raw.get("role") == "assistant" and isinstance(raw.get("content"), list):
+            uses = [b for b in raw["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
+            if uses:
+                return [normalize_call(b) for b in uses]
+            return [ToolCall(name="", error="the assistant message carries no tool call")]
+    return [normalize_call(raw)]
+
+
+_ARGUMENT_KEYS = ("arguments", "args", "input_parameters", "input")
+
+
+def normalize_call(raw: Any) -> ToolCall:
+    """Normalise a single call: OpenAI `{"id", "type": "function", "function": {"name", "arguments"}}`
+    (arguments as a JSON string or an object), Anthropic `{"type": "tool_use", "id", "name", "input"}`,
+    or plain `{"name", "arguments" | "args" | "input_parameters"}`.
+    """
+    if isinstance(raw, ToolCall):
+        return raw
+    require_json_like(raw, "call")
+    if not isinstance(raw, dict):
+        return ToolCall(name="", error=f"a tool call must be an object, got {_kind(raw)}")
+    call_id = raw.get("id")
+    call_id = call_id if isinstance(call_id, str) else None
+    body = raw["function"] if isinstance(raw.get("function"), dict) else raw
+    name = body.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return ToolCall(name="", id=call_id, error="the tool call has no function name (expected a non-empty string under \"name\")")
+    present = [key for key in _ARGUMENT_KEYS if key in body]
+    if not present:
+        return ToolCall(name=name, id=call_id, arguments={})
+    raw_args = body[present[0]]
+    arguments, raw_text, error = _read_arguments(raw_args)
+    return ToolCall(name=name, id=call_id, arguments=arguments, raw_arguments=raw_text, error=error)
+
+
+def _read_arguments(raw_args: Any) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    raw_text = None
+    if isinstance(raw_args, str):
+        raw_text = raw_args
+        if not raw_args.strip():
+            return {}, raw_text, None  # "" means "no arguments" (common for parameterless tools)
+        try:
+            raw_args = parse_json(raw_args)
+        except ValueError as exc:
+            return None, raw_text, f"arguments are not valid JSON: {exc}"
+    if not isinstance(raw_args, dict):
+        return None, raw_text, f"arguments must be a JSON object, got {_kind(raw_args)}"
+    if has_non_finite(raw_args):
+        return None, raw_text, "arguments contain NaN or Infinity, which JSON cannot represent"
+    return raw_args, raw_text, None
+
+
+# --- history -------------------------------------------------------------------------------
+
+_ROLES = {"system": "system", "developer": "system", "user": "user", "human": "user",
+          "assistant": "assistant", "ai": "assistant", "tool": "tool", "function": "tool"}
+
+
+def normalize_history(raw: Any) -> History:
+    """Normalise a conversation: OpenAI chat messages, Anthropic content blocks (text,
+    tool_use, tool_result), or a bare string (one user message). Unreadable messages are
+    skipped and reported in `History.problems`.
+    """
+    if isinstance(raw, History):
+        return raw
+    require_json_like(raw, "history")
+    if raw is None:
+        return History()
+    if isinstance(raw, str):
+        return History(messages=(Message(role="user", content=raw),))
+    items = raw if isinstance(raw, (list, tuple)) else [raw]
+    messages: list[Message] = []
+    problems: list[str] = []
+    tool_names: dict[str, str] = {}
+    for index, item in enumerate(items):
+        if isinstance(item, Message):
+            messages.append(item)
+            continue
+        converted = _read_message(item, index, tool_names)
+        if isinstance(converted, str):
+            problems.append(converted)
+            continue
+        for message in converted:
+            for call in message.tool_calls:
+                if call.id:
+                    tool_names[call.id] = call.name
+            messages.append(message)
+    return History(messages=tuple(messages), problems=tuple(problems))
+
+
+def _read_message(item: Any, index: int, tool_names: dict[str, str]) -> list[Message] | str:
+    if isinstance(item, str):
+        return [Message(role="user", content=item)]
+    if not isinstance(item, dict):
+        return f"history message #{index} must be an object or a string, got {_kind(item)}; it was skipped"
+    role = _ROLES.get(str(item.get("role", "")).lower())
+    if role is None:
+        return f"history message #{index} has an unknown role {item.get('role')!r}; it was skipped"
+    content = item.get("content")
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    results: list[Message] = []
+    if isinstance(content, str):
+        texts.append(content)
+    elif isinstance(content, list):
+        for block in content:
+            if isinstance(block, str):
+                texts.append(block)
+            elif not isinstance(block, dict):
+                continue
+            elif block.get("type") in ("text", "input_text", "output_text") and isinstance(block.get("text"), str):
+                texts.append(block["text"])
+            elif block.get("type") == "tool_use":
+                calls.append(normalize_call(block))
+            elif block.get("type") == "tool_result":
+                use_id = block.get("tool_use_id") if isinstance(block.get("tool_use_id"), str) else None
+                results.append(Message(role="tool", content=_block_text(block.get("content")), tool_call_id=use_id,
+                                       name=tool_names.get(use_id or "")))
+    elif content is not None:
+        texts.append(str(content) if not isinstance(content, (dict, list)) else _block_text(content))
+    if isinstance(item.get("tool_calls"), list):
+        calls.extend(normalize_call(c) for c in item["tool_calls"])
+    tool_call_id = item.get("tool_call_id") if isinstance(item.get("tool_call_id"), str) else None
+    name = item.get("name") if isinstance(item.get("name"), str) else tool_names.get(tool_call_id or "")
+    out: list[Message] = list(results)
+    if texts or calls or not results:
+        out.append(Message(role=role, content="\n".join(texts), tool_calls=tuple(calls),  # type: ignore[arg-type]
+                           tool_call_id=tool_call_id if role == "tool" else None,
+                           name=name if role == "tool" else None))
+    return out
+
+
+def _block_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [b["text"] if isinstance(b, dict) and isinstance(b.get("text"), str) else
+                 (b if isinstance(b, str) else canonical_bytes(b).decode()) for b in content]
+        return "\n".join(parts)
+    return canonical_bytes(content).decode()

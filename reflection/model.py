@@ -1,0 +1,257 @@
+"""The internal shapes every layer shares: tool specs, calls, messages and results.
+
+Small immutable pydantic models with no behaviour beyond validation and serialisation.
+Foreign shapes (OpenAI, Anthropic, MCP, BFCL, ...) are turned into these by `reflection.formats`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+STATIC_CHECKS: tuple[str, ...] = (
+    "non_existent_function",
+    "non_existent_parameter",
+    "incorrect_parameter_type",
+    "missing_required_parameter",
+    "allowed_values_violation",
+    "json_schema_violation",
+    "empty_api_spec",
+    "invalid_api_spec",
+    "invalid_tool_call",
+)
+"""The nine static checks, in report order. Names are part of the public contract."""
+
+SEMANTIC_CHECKS: tuple[str, ...] = (
+    "general_hallucination_check",
+    "general_value_format_alignment",
+    "function_selection_appropriateness",
+    "agentic_constraints_satisfaction",
+)
+"""The four judge checks. Names are part of the public contract."""
+
+SEMANTIC_CATEGORIES: dict[str, tuple[str, ...]] = {
+    "general": ("general_hallucination_check", "general_value_format_alignment"),
+    "function_selection": ("function_selection_appropriateness", "agentic_constraints_satisfaction"),
+}
+"""Category name -> its checks; each category has a `semantic_avg_score_<category>` flat key."""
+
+SpecFormat = Literal["openai", "function", "anthropic", "mcp", "parameter_list", "native"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ToolSpec(_Frozen):
+    """One tool as the agent saw it, with its parameters as a JSON Schema object."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    source_format: SpecFormat = "native"
+
+
+class SpecProblem(_Frozen):
+    """A tool spec that could not be turned into a `ToolSpec`, or whose schema does not compile."""
+
+    index: int
+    name: str | None
+    message: str
+
+
+class ToolInventory(_Frozen):
+    """The normalised tools of one request, plus the ones that were broken."""
+
+    tools: tuple[ToolSpec, ...] = ()
+    problems: tuple[SpecProblem, ...] = ()
+    empty: bool = False
+    """True when no tool specs were supplied at all (the `empty_api_spec` case)."""
+
+    def get(self, name: str) -> ToolSpec | None:
+        """The tool called `name`, or None."""
+        for tool in self.tools:
+            if tool.name == name:
+                return tool
+        return None
+
+    def problem_for(self, name: str) -> SpecProblem | None:
+        """The problem recorded for a tool called `name`, or None."""
+        for problem in self.problems:
+            if problem.name == name:
+                return problem
+        return None
+
+
+class ToolCall(_Frozen):
+    """A proposed call. `arguments` is None when they could not be read; `error` then says why."""
+
+    name: str
+    arguments: dict[str, Any] | None = None
+    id: str | None = None
+    raw_arguments: str | None = None
+    """The arguments exactly as given, when they arrived as a JSON string."""
+    error: str | None = None
+    """Why this is not a usable call (unparseable arguments, not an object, no name...)."""
+
+
+class Message(_Frozen):
+    """One conversation turn in chat form."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    """For a tool message, the tool that produced it, when known."""
+
+
+class History(_Frozen):
+    """A normalised conversation plus any parts that could not be read."""
+
+    messages: tuple[Message, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+class Finding(_Frozen):
+    """One violation: where it is, what was expected, what was found, and what to do."""
+
+    check: str
+    path: str
+    """JSON path into the call's arguments, e.g. `$.items[0].qty`; `$` is the arguments object."""
+    message: str
+    expected: Any = None
+    actual: Any = None
+    keyword: str | None = None
+    """The JSON Schema keyword that failed, when one did."""
+
+
+class CheckResult(_Frozen):
+    """Pass or fail for one named check, with its findings."""
+
+    passed: bool
+    findings: tuple[Finding, ...] = ()
+
+
+class StaticResult(_Frozen):
+    """The static stage's answer for one call: every check, pass or fail."""
+
+    call: ToolCall
+    checks: dict[str, CheckResult]
+    warnings: tuple[str, ...] = ()
+    correction: ToolCall | None = None
+    """A machine-fixed call that has itself passed re-validation, when one exists."""
+    correction_notes: tuple[str, ...] = ()
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def valid(self) -> bool:
+        """True when every static check passed."""
+        return all(check.passed for check in self.checks.values())
+
+    def findings(self) -> list[Finding]:
+        """Every finding of every check, in check order."""
+        return [f for name in STATIC_CHECKS for f in self.checks[name].findings]
+
+
+# --- semantic stage -------------------------------------------------------------------------
+
+SemanticStatus = Literal["passed", "failed", "uncertain", "error", "skipped"]
+
+
+class SemanticCorrection(_Frozen):
+    """What the judge suggests instead, when it finds an issue."""
+
+    suggested_arguments: dict[str, Any] | None = None
+    better_function: str | None = None
+    missing_prerequisite: str | None = None
+
+
+class SemanticCheckResult(_Frozen):
+    """One judge check: a 1-5 score (higher is more valid) with its evidence."""
+
+    status: SemanticStatus
+    score: int | None = None
+    confidence: float | None = None
+    evidence: tuple[str, ...] = ()
+    """Exact quotes from the conversation, tool outputs or spec."""
+    explanation: str = ""
+    correction: SemanticCorrection | None = None
+    error: str | None = None
+    """Why the check could not be answered (status `error`)."""
+
+
+ValueSourceKind = Literal["user", "assistant", "tool", "system", "default", "enum"]
+
+
+class ValueSource(_Frozen):
+    """One place an argument value was found."""
+
+    kind: ValueSourceKind
+    index: int | None = None
+    """For conversation sources, the 0-based index of that turn among turns of its kind
+    (user turn k, tool output j); None for spec sources."""
+    message_index: int | None = None
+    """Position of the message in the whole history, for conversation sources."""
+    quote: str = ""
+
+
+class ValueGrounding(_Frozen):
+    """Where one argument value appears; no sources means it appears nowhere."""
+
+    path: str
+    value: Any
+    sources: tuple[ValueSource, ...] = ()
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def grounded(self) -> bool:
+        """True when the value was found somewhere."""
+        return bool(self.sources)
+
+
+class JudgeUsage(_Frozen):
+    """Judge traffic for one reflection, summed over retries."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+    prompt_chars: int = 0
+
+
+class ReflectionResult(_Frozen):
+    """Everything known about one call: static checks, grounding, judge checks and the verdict."""
+
+    call: ToolCall
+    static: StaticResult
+    grounding: tuple[ValueGrounding, ...] = ()
+    semantic: dict[str, SemanticCheckResult] = Field(default_factory=dict)
+    judge_skipped: str | None = None
+    """Why the judge did not run (static failure, no judge configured...), when it did not."""
+    overall_valid: bool | None = None
+    """Static valid AND every semantic check passed; None when a judge check errored."""
+    usage: JudgeUsage = JudgeUsage()
+    warnings: tuple[str, ...] = ()
+
+    def flat(self) -> dict[str, float]:
+        """Flat float keys, absent when not computed (see README: public contract)."""
+        out: dict[str, float] = {
+            f"static_{name}": 1.0 if self.static.checks[name].passed else 0.0 for name in STATIC_CHECKS
+        }
+        for category, names in SEMANTIC_CATEGORIES.items():
+            scores = []
+            for name in names:
+                check = self.semantic.get(name)
+                if check is None or check.score is None or check.status == "error":
+                    continue
+                value = (check.score - 1) / 4
+                out[f"semantic_{name}"] = value
+                scores.append(value)
+            if scores:
+                out[f"semantic_avg_score_{category}"] = sum(scores) / len(scores)
+        if self.overall_valid is not None:
+            out["overall_valid"] = 1.0 if self.overall_valid else 0.0
+        return out
