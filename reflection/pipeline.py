@@ -1,0 +1,153 @@
+"""`reflect()` and `Reflector`: static checks, grounding, the judge and the verdict, wired."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import anyio
+import httpx
+import sniffio
+
+from reflection.config import ReflectionConfig
+from reflection.formats import normalize_calls, normalize_history, normalize_tools
+from reflection.grounding import ground_call
+from reflection.judge import Judge
+from reflection.model import History, ReflectionResult, ToolCall, ToolInventory
+from reflection.semantic import SemanticRequest, run_semantic
+from reflection.static import check_call
+from reflection.verdict import judge_check, overall_valid
+
+__all__ = ["Reflector", "reflect", "reflect_sync"]
+
+NO_JUDGE = "no judge configured: static checks and grounding only"
+STATIC_FAILED = "the static stage failed (set continue_on_static to run the judge anyway)"
+
+
+def _is_parallel(call: Any) -> bool:
+    """Several calls in: several results out. A list, or a message carrying `tool_calls`."""
+    return isinstance(call, (list, tuple)) or (isinstance(call, Mapping) and isinstance(call.get("tool_calls"), list))
+
+
+class Reflector:
+    """Reflects calls with one judge client and one concurrency limiter, reused across calls.
+
+    Build it from a config (`Reflector(config)`) or around an existing `Judge`
+    (`Reflector(judge=judge)`); with neither judge nor `config.judge`, only the static stage
+    and grounding run. Use `async with Reflector(...) as r:` or call `aclose()`.
+    """
+
+    def __init__(
+        self,
+        config: ReflectionConfig | None = None,
+        *,
+        judge: Judge | None = None,
+        http_client: httpx.AsyncClient | None = None,
+    ):
+        self.config = config or ReflectionConfig()
+        self._owns_judge = judge is None and self.config.judge is not None
+        if judge is None and self.config.judge is not None:
+            judge = Judge(self.config.judge, http_client=http_client)
+        self.judge = judge
+
+    async def __aenter__(self) -> Reflector:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the judge's HTTP client if this reflector created it."""
+        if self._owns_judge and self.judge is not None:
+            await self.judge.aclose()
+
+    async def reflect(self, call: Any, tools: Any, history: Any = None) -> ReflectionResult | list[ReflectionResult]:
+        """Reflect a proposed call. One call gives one `ReflectionResult`; several calls (a
+        list, or an assistant message with `tool_calls`) give one result per call, in order."""
+        calls = normalize_calls(call)
+        inventory = normalize_tools(tools)
+        conversation = normalize_history(history)
+        if not _is_parallel(call):
+            return await self._reflect_one(calls[0], inventory, conversation, ())
+        results: list[ReflectionResult | None] = [None] * len(calls)
+
+        async def run(i: int) -> None:
+            siblings = tuple(c for j, c in enumerate(calls) if j != i)
+            results[i] = await self._reflect_one(calls[i], inventory, conversation, siblings)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(len(calls)):
+                tg.start_soon(run, i)
+        return [r for r in results if r is not None]
+
+    async def reflect_many(
+        self, items: Iterable[Mapping[str, Any] | Sequence[Any]], *, concurrency: int = 16
+    ) -> list[ReflectionResult | list[ReflectionResult]]:
+        """Reflect many `(call, tools, history)` tuples or `{"call", "tools", "history"}`
+        mappings concurrently; results come back in input order."""
+        rows = list(items)
+        results: list[Any] = [None] * len(rows)
+        limiter = anyio.CapacityLimiter(concurrency)
+
+        async def run(i: int, row: Mapping[str, Any] | Sequence[Any]) -> None:
+            async with limiter:
+                if isinstance(row, Mapping):
+                    results[i] = await self.reflect(row.get("call", row.get("tool_calls")), row.get("tools"), row.get("history"))
+                else:
+                    results[i] = await self.reflect(*row)
+
+        async with anyio.create_task_group() as tg:
+            for i, row in enumerate(rows):
+                tg.start_soon(run, i, row)
+        return results
+
+    async def _reflect_one(
+        self, call: ToolCall, inventory: ToolInventory, history: History, siblings: tuple[ToolCall, ...]
+    ) -> ReflectionResult:
+        static = check_call(call, inventory)
+        spec = inventory.get(call.name)
+        grounding = ground_call(call, history, spec) if call.error is None else ()
+        warnings = tuple(static.warnings) + tuple(history.problems)
+        base = {"call": call, "static": static, "grounding": grounding, "warnings": warnings}
+        if self.judge is None or not self.config.checks:
+            return ReflectionResult(**base, judge_skipped=NO_JUDGE, overall_valid=overall_valid(static, {}))
+        if not static.valid and not self.config.continue_on_static:
+            return ReflectionResult(**base, judge_skipped=STATIC_FAILED, overall_valid=False)
+        request = SemanticRequest(call=call, spec=spec, inventory=inventory, history=history,
+                                  grounding=grounding, parallel_calls=siblings)
+        replies, usage = await run_semantic(
+            self.judge, request, self.config.checks, mode=self.config.mode,
+            token_budget=self.config.history_token_budget, prompts_dir=self.config.prompts_dir,
+        )
+        semantic = {
+            name: judge_check(reply, self.config.thresholds[name], self.config.uncertain_below)
+            for name, reply in replies.items()
+        }
+        return ReflectionResult(**base, semantic=semantic, usage=usage, overall_valid=overall_valid(static, semantic))
+
+
+async def reflect(
+    call: Any, spec: Any, history: Any = None, *, config: ReflectionConfig | None = None
+) -> ReflectionResult | list[ReflectionResult]:
+    """Reflect one proposed call (or several parallel calls) against the tool specs and the
+    conversation that led to it. With no judge in `config`, runs the static stage and grounding.
+
+    For many calls, build one `Reflector` and reuse it: it keeps the connection pool warm.
+    """
+    async with Reflector(config) as reflector:
+        return await reflector.reflect(call, spec, history)
+
+
+def reflect_sync(
+    call: Any, spec: Any, history: Any = None, *, config: ReflectionConfig | None = None
+) -> ReflectionResult | list[ReflectionResult]:
+    """Blocking `reflect()`. Safe inside a running event loop (Jupyter): then it runs the
+    reflection on a worker thread with its own loop."""
+    try:
+        sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        return anyio.run(lambda: reflect(call, spec, history, config=config))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(anyio.run, lambda: reflect(call, spec, history, config=config)).result()
+

@@ -1,0 +1,93 @@
+"""Dataset rows in and out: the JSON shape shared by `reflection check` and `reflection batch`.
+
+Input row: `{"id", "tools", "history", "call"}` (or `"tool_calls"` for a list of calls).
+Output row (public contract):
+    {"id", "overall_valid", "static_<check>"... (1.0 pass / 0.0 fail),
+     "semantic_<check>"..., "semantic_avg_score_<category>"... (0-1, when the judge ran),
+     "judge_skipped", "warnings", "usage", "latency_ms", "results": [full result per call]}
+Error row: {"id", "overall_valid": null, "error": "<what is wrong and what to do>"}.
+For a row with several calls, each flat key is the minimum over its calls and
+`overall_valid` is False if any call is invalid, else null if any is unknown, else True.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reflection.model import JudgeUsage, ReflectionResult
+
+__all__ = ["InputRow", "RowError", "error_row", "read_row", "result_row"]
+
+
+class RowError(ValueError):
+    """A row that cannot be reflected; its message goes into the error row."""
+
+
+@dataclass(frozen=True)
+class InputRow:
+    """One dataset row, ready to reflect."""
+
+    id: str
+    call: Any
+    tools: Any
+    history: Any
+
+
+def row_id(raw: Any, line_number: int) -> str:
+    """The row's id as a string; rows without one are named by their 1-based line number."""
+    if isinstance(raw, Mapping) and raw.get("id") is not None and not isinstance(raw.get("id"), (dict, list)):
+        return str(raw["id"])
+    return f"line-{line_number}"
+
+
+def read_row(raw: Any, line_number: int) -> InputRow:
+    """Validate the row's shape; raise RowError with an actionable message when it is unusable."""
+    rid = row_id(raw, line_number)
+    if not isinstance(raw, Mapping):
+        raise RowError(f"row {rid}: expected a JSON object with id, tools, history and call, got {type(raw).__name__}")
+    if "call" in raw:
+        call = raw["call"]
+    elif "tool_calls" in raw:
+        call = raw["tool_calls"]
+        if not isinstance(call, list):
+            raise RowError(f"row {rid}: \"tool_calls\" must be a list of calls")
+    else:
+        raise RowError(f"row {rid}: no \"call\" or \"tool_calls\" field; add the proposed call under \"call\"")
+    return InputRow(id=rid, call=call, tools=raw.get("tools"), history=raw.get("history"))
+
+
+def _combine(verdicts: list[bool | None]) -> bool | None:
+    if any(v is False for v in verdicts):
+        return False
+    if any(v is None for v in verdicts):
+        return None
+    return True
+
+
+def result_row(rid: str, results: ReflectionResult | list[ReflectionResult], *, latency_ms: float | None = None) -> dict[str, Any]:
+    """The output row for a reflected input row."""
+    items = results if isinstance(results, list) else [results]
+    flat: dict[str, float] = {}
+    for result in items:
+        for key, value in result.flat().items():
+            flat[key] = min(value, flat.get(key, value))
+    usage = JudgeUsage(**{
+        field: sum(getattr(r.usage, field) for r in items)
+        for field in ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd", "prompt_chars")
+    })
+    skipped = sorted({r.judge_skipped for r in items if r.judge_skipped})
+    row: dict[str, Any] = {"id": rid, "overall_valid": _combine([r.overall_valid for r in items])}
+    row.update({k: v for k, v in flat.items() if k != "overall_valid"})
+    row["judge_skipped"] = "; ".join(skipped) or None
+    row["warnings"] = sorted({w for r in items for w in r.warnings})
+    row["usage"] = usage.model_dump()
+    row["latency_ms"] = latency_ms
+    row["results"] = [r.model_dump(mode="json") for r in items]
+    return row
+
+
+def error_row(rid: str, message: str) -> dict[str, Any]:
+    """The output row for an input row that could not be reflected."""
+    return {"id": rid, "overall_valid": None, "error": message}

@@ -1,0 +1,206 @@
+"""A local OpenAI-compatible stand-in judge server, for benchmarks and end-to-end tests.
+
+It serves `POST /v1/chat/completions` on 127.0.0.1 only, with asyncio (one task per
+connection, HTTP/1.1 keep-alive), so hundreds of concurrent slow requests cost no threads.
+Replies follow the judge protocol deterministically: every check scores 5, except the
+hallucination check, which scores 2 when the request's grounding shows a value found nowhere.
+It can add latency and inject faults (429, 500, timeouts, non-JSON replies, out-of-range
+scores), and it stops by itself after `max_requests` requests or `idle_timeout` seconds idle.
+
+    with StandInJudge(latency=0.05) as server:
+        config = JudgeConfig(base_url=server.base_url, model="stand-in")
+
+Or as a process: `python -m reflection.testing.server --latency 0.05` prints its base URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import random
+import sys
+import threading
+import time
+from typing import Any
+
+from reflection._json import dumps, parse_json
+from reflection.testing._protocol import check_reply, completion, request_data, requested_checks
+
+__all__ = ["FAULT_KINDS", "StandInJudge"]
+
+FAULT_KINDS = ("429", "500", "timeout", "non_json", "out_of_range")
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error"}
+
+
+def judge_reply(body: dict[str, Any]) -> dict[str, Any]:
+    """The stand-in's deterministic reply object for a judge request."""
+    data = request_data(body)
+    ungrounded = [g["path"] for g in data.get("grounding", []) if g.get("found_in") == "nowhere"]
+    reply = {}
+    for name in requested_checks(body):
+        if name == "general_hallucination_check" and ungrounded:
+            reply[name] = check_reply(2, explanation=f"values found nowhere: {ungrounded}", confidence=0.8)
+        else:
+            reply[name] = check_reply(5, explanation="consistent with the conversation", confidence=0.9)
+    return reply
+
+
+class StandInJudge:
+    """The stand-in server running on a background thread (context manager)."""
+
+    def __init__(
+        self,
+        *,
+        latency: float = 0.0,
+        fault_rate: float = 0.0,
+        faults: tuple[str, ...] = FAULT_KINDS,
+        timeout_delay: float = 3.0,
+        seed: int = 0,
+        max_requests: int = 1_000_000,
+        idle_timeout: float = 120.0,
+        port: int = 0,
+        reject_json_schema: bool = False,
+    ):
+        unknown = set(faults) - set(FAULT_KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; choose from {FAULT_KINDS}")
+        self.latency = latency
+        self.fault_rate = fault_rate
+        self.faults = faults
+        self.timeout_delay = timeout_delay
+        self.max_requests = max_requests
+        self.idle_timeout = idle_timeout
+        self.reject_json_schema = reject_json_schema
+        self.port = port
+        self.requests = 0
+        self.fault_counts: collections.Counter[str] = collections.Counter()
+        self._random = random.Random(seed)
+        self._last_request = time.monotonic()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-style base URL, ending in /v1."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> StandInJudge:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start serving on a background thread; returns once the port is bound."""
+        self._thread = threading.Thread(target=lambda: asyncio.run(self.serve()), name="stand-in-judge", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the stand-in judge did not start within 10 s")
+
+    def stop(self) -> None:
+        """Stop serving and wait for the thread."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    async def serve(self) -> None:
+        """Serve until stopped, idle for `idle_timeout`, or `max_requests` are answered."""
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        server = await asyncio.start_server(self._connection, "127.0.0.1", self.port, backlog=1024)
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        async with server:
+            while not self._stop.is_set():
+                try:
+                    await asyncio.wait_for(self._stop.wait(), timeout=0.5)
+                except TimeoutError:
+                    pass
+                idle = time.monotonic() - self._last_request
+                if idle > self.idle_timeout or self.requests >= self.max_requests:
+                    break
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                status, payload, extra = await self._respond(method, path, body)
+                if status == 0:  # a simulated timeout: hold the connection, then drop it
+                    await asyncio.sleep(self.timeout_delay)
+                    break
+                data = payload.encode()
+                head_out = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}", "content-type: application/json",
+                            f"content-length: {len(data)}", *(f"{k}: {v}" for k, v in extra.items())]
+                writer.write(("\r\n".join(head_out) + "\r\n\r\n").encode() + data)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    async def _respond(self, method: str, path: str, raw: bytes) -> tuple[int, str, dict[str, str]]:
+        self._last_request = time.monotonic()
+        if method != "POST" or not path.rstrip("/").endswith("/chat/completions"):
+            return 404, dumps({"error": {"message": f"no route {method} {path}"}}), {}
+        self.requests += 1
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        try:
+            body = parse_json(raw)
+        except ValueError as exc:
+            return 400, dumps({"error": {"message": f"request body is not JSON: {exc}"}}), {}
+        fmt = body.get("response_format") or {}
+        if self.reject_json_schema and fmt.get("type") == "json_schema":
+            return 400, dumps({"error": {"message": "response_format json_schema is not supported"}}), {}
+        if self.fault_rate and self._random.random() < self.fault_rate:
+            kind = self._random.choice(self.faults)
+            self.fault_counts[kind] += 1
+            if kind == "429":
+                return 429, dumps({"error": {"message": "rate limited"}}), {"retry-after": "0"}
+            if kind == "500":
+                return 500, dumps({"error": {"message": "internal error"}}), {}
+            if kind == "timeout":
+                return 0, "", {}
+            if kind == "non_json":
+                return 200, dumps(completion("Sure! Here is my review: looks fine.", body)), {}
+            reply = judge_reply(body)
+            for value in reply.values():
+                value["score"] = 7
+            return 200, dumps(completion(dumps(reply), body)), {}
+        return 200, dumps(completion(dumps(judge_reply(body)), body)), {}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the stand-in in the foreground and print its base URL."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--fault-rate", type=float, default=0.0)
+    parser.add_argument("--max-requests", type=int, default=1_000_000)
+    parser.add_argument("--idle-timeout", type=float, default=120.0)
+    args = parser.parse_args(argv)
+    server = StandInJudge(latency=args.latency, fault_rate=args.fault_rate, max_requests=args.max_requests,
+                          idle_timeout=args.idle_timeout, port=args.port)
+
+    async def run() -> None:
+        task = asyncio.create_task(server.serve())
+        while not server._ready.is_set():  # noqa: SLF001 - own object
+            await asyncio.sleep(0.01)
+        print(server.base_url, flush=True)
+        await task
+
+    asyncio.run(run())
+    print(f"served {server.requests} requests", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
