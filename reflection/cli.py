@@ -1,0 +1,103 @@
+"""The `reflection` command. Holds no logic: it parses options and calls the library."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import typer
+
+from reflection._json import dumps, parse_json
+from reflection.config import ReflectionConfig
+from reflection.pipeline import Reflector
+from reflection.rows import RowError, error_row, read_row, result_row, row_id
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Check LLM agents' tool calls before they execute, and score them against references.")
+
+
+def load_config(config: Path | None, *, static_only: bool = False, **flags: Any) -> ReflectionConfig:
+    """Config from a YAML file, the environment (REFLECTION_*), then flags; `static_only` drops the judge."""
+    judge_flags = {k: v for k, v in flags.items() if k in ("base_url", "model") and v is not None}
+    other = {k: v for k, v in flags.items() if k not in ("base_url", "model") and v is not None}
+    overrides: dict[str, Any] = dict(other)
+    if judge_flags:
+        overrides["judge"] = judge_flags
+    cfg = ReflectionConfig.from_file(config, **overrides) if config else ReflectionConfig(**_merge_env(overrides))
+    return cfg.model_copy(update={"judge": None}) if static_only else cfg
+
+
+def _merge_env(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Flags over the environment, keeping env-set judge fields a flag does not name."""
+    env = ReflectionConfig().model_dump(exclude_unset=True)
+    if "judge" in overrides and isinstance(env.get("judge"), dict):
+        overrides = {**overrides, "judge": {**env["judge"], **overrides["judge"]}}
+    return {**env, **overrides}
+
+
+@app.command()
+def check(
+    input: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON Lines rows {id, tools, history, call | tool_calls}."),
+    output: Path | None = typer.Option(None, "-o", "--output", help="Write result rows here (default: stdout)."),
+    static_only: bool = typer.Option(False, "--static-only", help="Run only the static checks and grounding."),
+    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help="YAML config (see config.example.yaml)."),
+    base_url: str | None = typer.Option(None, "--base-url", help="Judge endpoint (OpenAI-compatible)."),
+    model: str | None = typer.Option(None, "--model", help="Judge model name."),
+    mode: str | None = typer.Option(None, "--mode", help="combined (one request per call) or per_check."),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Rows reflected at once."),
+) -> None:
+    """Reflect every row of INPUT and write one JSON result row per input row."""
+    cfg = load_config(config, static_only=static_only, base_url=base_url, model=model, mode=mode)
+    if cfg.judge is None:
+        reason = "--static-only" if static_only else "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
+        typer.echo(f"judge skipped: {reason}; running static checks and grounding only", err=True)
+    out = output.open("w", encoding="utf-8") if output else sys.stdout
+    try:
+        counts = anyio.run(_check_file, input, out, cfg, concurrency)
+    finally:
+        if output:
+            out.close()
+    typer.echo(f"{counts['rows']} rows: {counts['valid']} valid, {counts['invalid']} invalid, "
+               f"{counts['unknown']} unknown, {counts['error']} error", err=True)
+
+
+async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: int) -> dict[str, int]:
+    counts = {"rows": 0, "valid": 0, "invalid": 0, "unknown": 0, "error": 0}
+    slots = anyio.Semaphore(concurrency)  # backpressure: at most `concurrency` rows in memory
+
+    def emit(row: dict[str, Any]) -> None:
+        counts["rows"] += 1
+        key = "error" if "error" in row else {True: "valid", False: "invalid", None: "unknown"}[row["overall_valid"]]
+        counts[key] += 1
+        out.write(dumps(row) + "\n")
+
+    async def run(reflector: Reflector, line_number: int, raw: Any) -> None:
+        try:
+            row = read_row(raw, line_number)
+            started = anyio.current_time()
+            result = await reflector.reflect(row.call, row.tools, row.history)
+            emit(result_row(row.id, result, latency_ms=(anyio.current_time() - started) * 1000))
+        except RowError as exc:
+            emit(error_row(row_id(raw, line_number), str(exc)))
+        finally:
+            slots.release()
+
+    async with Reflector(cfg) as reflector, anyio.create_task_group() as tg:
+        with path.open("rb") as lines:
+            for line_number, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    raw = parse_json(line)
+                except ValueError as exc:
+                    emit(error_row(f"line-{line_number}", f"line {line_number} is not valid JSON: {exc}"))
+                    continue
+                await slots.acquire()
+                tg.start_soon(run, reflector, line_number, raw)
+    return counts
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()

@@ -1,0 +1,55 @@
+"""Deterministic provenance of argument values."""
+
+from reflection.formats import normalize_call, normalize_history, normalize_tools
+from reflection.grounding import ground_call
+
+TOOLS = normalize_tools([{"name": "book", "parameters": {"type": "object", "properties": {
+    "city": {"type": "string"}, "nights": {"type": "integer"}, "tier": {"type": "string", "enum": ["basic", "gold"]},
+    "currency": {"type": "string", "default": "EUR"}, "guests": {"type": "array", "items": {"type": "string"}}}}}])
+HISTORY = normalize_history([
+    {"role": "system", "content": "Default hotel tier: gold."},
+    {"role": "user", "content": "Hi"},
+    {"role": "user", "content": "Book   Lisbon for 3 nights in 2025"},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
+    {"role": "tool", "tool_call_id": "1", "content": "{\"guest\": \"Ana Silva\"}"},
+])
+
+
+def ground(arguments):
+    return {g.path: g for g in ground_call(normalize_call({"name": "book", "arguments": arguments}), HISTORY, TOOLS.get("book"))}
+
+
+def test_value_from_a_user_turn_names_the_turn_and_quotes_it():
+    (source,) = ground({"city": "lisbon"})["$.city"].sources
+    assert (source.kind, source.index, source.message_index) == ("user", 1, 2)
+    assert "book lisbon for 3 nights" in source.quote
+
+
+def test_value_from_a_tool_output_names_the_output():
+    (source,) = ground({"guests": ["Ana Silva"]})["$.guests[0]"].sources
+    assert (source.kind, source.index) == ("tool", 0)
+
+
+def test_value_from_the_system_prompt():
+    sources = ground({"tier": "gold"})["$.tier"].sources
+    assert [s.kind for s in sources] == ["system", "enum"]
+
+
+def test_numbers_match_whole_tokens_only():
+    result = ground({"nights": 3, "city": "5"})
+    assert result["$.nights"].grounded
+    assert not result["$.city"].grounded  # "5" must not match inside "2025"
+
+
+def test_spec_default_is_a_source():
+    assert [s.kind for s in ground({"currency": "EUR"})["$.currency"].sources] == ["default"]
+
+
+def test_value_found_nowhere_has_no_sources():
+    result = ground({"city": "Porto"})["$.city"]
+    assert result.sources == () and result.grounded is False
+
+
+def test_unparseable_call_has_no_grounding():
+    call = normalize_call({"name": "book", "arguments": "{oops"})
+    assert ground_call(call, HISTORY, TOOLS.get("book")) == ()
