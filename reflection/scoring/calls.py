@@ -1,0 +1,101 @@
+"""Call-level metrics: one predicted call against one expected call.
+
+Both sides accept any shape `reflection.formats.normalize_calls` reads (OpenAI, Anthropic,
+plain `{name, arguments}`; arguments as a JSON string or an object), a JSON string of one,
+or a `ToolCall`. Key order never matters. A prediction that is not exactly one readable call
+scores 0; a reference that is not one readable call is a dataset bug and raises ValueError.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reflection._json import has_non_finite, parse_json
+from reflection.formats import normalize_calls, normalize_tools
+from reflection.model import ToolCall
+from reflection.scoring._values import json_equal, json_identical, with_defaults
+
+__all__ = ["binary_tool_call", "staged_tool_call", "tool_call_equivalence"]
+
+
+def tool_call_equivalence(prediction: Any, reference: Any, tools: Any = None) -> float:
+    """1.0 when the two calls are equivalent, else 0.0.
+
+    Equivalent means the same function and equal arguments, where a parameter that is not
+    set counts as its schema `default` (on both sides, from `tools` in any format
+    `normalize_tools` reads) and numbers compare by value (1 == 1.0; true is not 1).
+    """
+    expected = reference_call(reference)
+    call = prediction_call(prediction)
+    if call.error is not None or call.arguments is None or call.name != expected.name:
+        return 0.0
+    schema = None
+    if tools is not None:
+        spec = normalize_tools(tools).get(expected.name)
+        schema = spec.parameters if spec is not None else None
+    assert expected.arguments is not None  # reference_call guarantees it
+    same = json_equal(with_defaults(call.arguments, schema), with_defaults(expected.arguments, schema))
+    return 1.0 if same else 0.0
+
+
+def binary_tool_call(prediction: Any, reference: Any) -> float:
+    """1.0 when the function name and the argument dictionary are exactly equal, else 0.0.
+
+    No schema defaults, and exact JSON types: 1 and 1.0 differ, as do true and 1.
+    """
+    expected = reference_call(reference)
+    call = prediction_call(prediction)
+    if call.error is not None or call.arguments is None:
+        return 0.0
+    return 1.0 if call.name == expected.name and json_identical(call.arguments, expected.arguments) else 0.0
+
+
+def staged_tool_call(prediction: Any, reference: Any) -> float:
+    """Partial credit by stage, each stage requiring the one before:
+
+    0.0 the prediction is not valid JSON (including its arguments string);
+    0.25 valid JSON; 0.5 the right function; 0.75 the right set of parameter keys;
+    1.0 an exact match (the `binary_tool_call` rule).
+    """
+    expected = reference_call(reference)
+    if isinstance(prediction, str):
+        try:
+            prediction = parse_json(prediction)
+        except ValueError:
+            return 0.0
+    if not isinstance(prediction, ToolCall) and has_non_finite(prediction):
+        return 0.0
+    calls = normalize_calls(prediction) if prediction is not None else []
+    if len(calls) != 1:
+        return 0.25
+    call = calls[0]
+    if call.raw_arguments is not None and call.raw_arguments.strip():
+        try:
+            parse_json(call.raw_arguments)
+        except ValueError:
+            return 0.0
+    if call.error is not None and call.arguments is None and not call.name:
+        return 0.25
+    if call.name != expected.name:
+        return 0.25
+    if call.arguments is None or call.arguments.keys() != expected.arguments.keys():  # type: ignore[union-attr]
+        return 0.5
+    return 1.0 if json_identical(call.arguments, expected.arguments) else 0.75
+
+
+def prediction_call(raw: Any) -> ToolCall:
+    """The one call in a prediction, or a `ToolCall` whose `error` says why there is none."""
+    if raw is None:
+        return ToolCall(name="", error="no tool call was made")
+    calls = normalize_calls(raw)
+    if len(calls) != 1:
+        return ToolCall(name="", error=f"expected one tool call, got {len(calls)}")
+    return calls[0]
+
+
+def reference_call(raw: Any) -> ToolCall:
+    """The one call in a reference; ValueError when the reference is not one readable call."""
+    call = prediction_call(raw)
+    if call.error is not None or call.arguments is None:
+        raise ValueError(f"reference is not one readable tool call: {call.error}")
+    return call
