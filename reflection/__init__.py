@@ -1,5 +1,6 @@
 """reflection: check an LLM agent's tool calls before they execute."""
 
+from reflection.config import ReflectionConfig
 from reflection.formats import normalize_call, normalize_calls, normalize_history, normalize_tools
 from reflection.model import (
     SEMANTIC_CHECKS,
@@ -16,6 +17,9 @@ from reflection.model import (
     ToolSpec,
 )
 
+from reflection.judge import Judge, JudgeConfig, JudgeError, Price
+from reflection.pipeline import Reflector, reflect, reflect_sync
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -23,6 +27,12 @@ __all__ = [
     "STATIC_CHECKS",
     "CheckResult",
     "Finding",
+    "Judge",
+    "JudgeConfig",
+    "JudgeError",
+    "Price",
+    "ReflectionConfig",
+    "Reflector",
     "History",
     "Message",
     "ReflectionResult",
@@ -35,4 +45,6 @@ __all__ = [
     "normalize_calls",
     "normalize_history",
     "normalize_tools",
+    "reflect",
+    "reflect_sync",
 ]
