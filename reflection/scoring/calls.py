@@ -53,7 +53,7 @@ def binary_tool_call(prediction: Any, reference: Any) -> float:
 def staged_tool_call(prediction: Any, reference: Any) -> float:
     """Partial credit by stage, each stage requiring the one before:
 
-    0.0 the prediction is not valid JSON (including its arguments string);
+    0.0 no prediction (None or []) or one that is not valid JSON (its arguments string included);
     0.25 valid JSON; 0.5 the right function; 0.75 the right set of parameter keys;
     1.0 an exact match (the `binary_tool_call` rule).
     """
@@ -65,7 +65,9 @@ def staged_tool_call(prediction: Any, reference: Any) -> float:
             return 0.0
     if not isinstance(prediction, ToolCall) and has_non_finite(prediction):
         return 0.0
-    calls = normalize_calls(prediction) if prediction is not None else []
+    calls = read_calls(prediction)
+    if not calls:
+        return 0.0
     if len(calls) != 1:
         return 0.25
     call = calls[0]
@@ -74,8 +76,6 @@ def staged_tool_call(prediction: Any, reference: Any) -> float:
             parse_json(call.raw_arguments)
         except ValueError:
             return 0.0
-    if call.error is not None and call.arguments is None and not call.name:
-        return 0.25
     if call.name != expected.name:
         return 0.25
     if call.arguments is None or call.arguments.keys() != expected.arguments.keys():  # type: ignore[union-attr]
@@ -83,11 +83,22 @@ def staged_tool_call(prediction: Any, reference: Any) -> float:
     return 1.0 if json_identical(call.arguments, expected.arguments) else 0.75
 
 
+def read_calls(raw: Any) -> list[ToolCall]:
+    """`normalize_calls`, also accepting a list of `ToolCall` objects; None and [] are no calls."""
+    if raw is None or (isinstance(raw, (list, tuple)) and not raw):
+        return []
+    if isinstance(raw, (list, tuple)) and all(isinstance(item, ToolCall) for item in raw):
+        return list(raw)
+    return normalize_calls(raw)
+
+
 def prediction_call(raw: Any) -> ToolCall:
     """The one call in a prediction, or a `ToolCall` whose `error` says why there is none."""
     if raw is None:
         return ToolCall(name="", error="no tool call was made")
-    calls = normalize_calls(raw)
+    calls = read_calls(raw)
+    if not calls:
+        return ToolCall(name="", error="no tool call was made")
     if len(calls) != 1:
         return ToolCall(name="", error=f"expected one tool call, got {len(calls)}")
     return calls[0]

@@ -1,0 +1,61 @@
+"""Reference-based scoring: predicted tool calls and answers against expected ones.
+
+Call level (`tool_call_equivalence`, `binary_tool_call`, `staged_tool_call`), dataset level
+(`ToolCallingEvaluator`), trajectories (`trajectory_correctness`) and final answers
+(`exact_match`, `rouge_l`, `response_correctness`). Inputs are read by `reflection.formats`,
+and the LLM-judged scores go through `reflection.judge`.
+"""
+
+from reflection.scoring._judged import JudgedScore
+from reflection.scoring.calls import binary_tool_call, staged_tool_call, tool_call_equivalence
+from reflection.scoring.dataset import (
+    DatasetReport,
+    SampleRecord,
+    ScoreWeights,
+    ScoringSample,
+    ToolCallingEvaluator,
+    evaluate_tool_calls,
+    interpret_score,
+)
+from reflection.scoring.files import SCORE_KEYS, ScoreSummary, score_files
+from reflection.scoring.response import exact_match, response_correctness, rouge_l
+from reflection.scoring.trajectory import (
+    CallMatch,
+    TrajectoryCall,
+    TrajectoryScore,
+    atrajectory_correctness,
+    normalize_tool_name,
+    read_trajectory,
+    tool_selection_score,
+    trajectory_correctness,
+    trajectory_from_messages,
+)
+
+__all__ = [
+    "SCORE_KEYS",
+    "CallMatch",
+    "DatasetReport",
+    "JudgedScore",
+    "SampleRecord",
+    "ScoreSummary",
+    "ScoreWeights",
+    "ScoringSample",
+    "ToolCallingEvaluator",
+    "TrajectoryCall",
+    "TrajectoryScore",
+    "atrajectory_correctness",
+    "binary_tool_call",
+    "evaluate_tool_calls",
+    "exact_match",
+    "interpret_score",
+    "normalize_tool_name",
+    "read_trajectory",
+    "response_correctness",
+    "rouge_l",
+    "score_files",
+    "staged_tool_call",
+    "tool_call_equivalence",
+    "tool_selection_score",
+    "trajectory_correctness",
+    "trajectory_from_messages",
+]
