@@ -18,6 +18,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Check LLM agents' tool calls before they execute, and score them against references.")
 
 
+@app.callback()
+def _root() -> None:
+    """Check LLM agents' tool calls before they execute, and score them against references."""
+
+
 def load_config(config: Path | None, *, static_only: bool = False, **flags: Any) -> ReflectionConfig:
     """Config from a YAML file, the environment (REFLECTION_*), then flags; `static_only` drops the judge."""
     judge_flags = {k: v for k, v in flags.items() if k in ("base_url", "model") and v is not None}
@@ -97,7 +102,3 @@ async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: 
                 await slots.acquire()
                 tg.start_soon(run, reflector, line_number, raw)
     return counts
-
-
-def main() -> None:  # pragma: no cover - console entry point
-    app()

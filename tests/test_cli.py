@@ -1,0 +1,73 @@
+"""The `reflection check` command on the shipped example data and on bad rows."""
+
+import json
+
+from typer.testing import CliRunner
+
+from reflection._resources import example_path
+from reflection.cli import app
+from reflection.model import STATIC_CHECKS
+from reflection.testing.server import StandInJudge
+
+runner = CliRunner()
+
+
+def rows_of(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_static_only_check_writes_one_row_per_input_row(tmp_path):
+    out = tmp_path / "out.jsonl"
+    result = runner.invoke(app, ["check", str(example_path("calls.jsonl")), "-o", str(out), "--static-only"])
+    assert result.exit_code == 0, result.output
+    rows = {row["id"]: row for row in rows_of(out)}
+    assert len(rows) == 12
+    for row in rows.values():
+        if "error" not in row:
+            assert all(row[f"static_{c}"] in (0.0, 1.0) for c in STATIC_CHECKS)
+            assert row["results"][0]["static"]["checks"].keys() == set(STATIC_CHECKS)
+    assert rows["weather-ok"]["overall_valid"] is True
+    assert rows["flight-missing-date"]["static_missing_required_parameter"] == 0.0
+    assert rows["broken-json-arguments"]["static_invalid_tool_call"] == 0.0
+    assert rows["no-tools"]["static_empty_api_spec"] == 0.0
+    assert len(rows["parallel"]["results"]) == 2
+    assert rows["line-12"]["overall_valid"] is None and "not valid JSON" in rows["line-12"]["error"]
+    assert "judge skipped: --static-only" in result.stderr
+
+
+def test_rows_without_a_call_become_error_rows_and_the_run_goes_on(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": "a", "tools": []}\n[1, 2]\n{"id": "b", "tools": [], "call": {"name": "f"}}\n')
+    out = tmp_path / "out.jsonl"
+    assert runner.invoke(app, ["check", str(src), "-o", str(out)]).exit_code == 0
+    rows = {row["id"]: row for row in rows_of(out)}
+    assert "no \"call\"" in rows["a"]["error"]
+    assert "expected a JSON object" in rows["line-2"]["error"]
+    assert rows["b"]["static_empty_api_spec"] == 0.0
+
+
+def test_without_a_judge_the_command_says_it_was_skipped(tmp_path):
+    result = runner.invoke(app, ["check", str(example_path("calls.jsonl")), "-o", str(tmp_path / "o.jsonl")])
+    assert "judge skipped: no judge configured" in result.stderr
+
+
+def test_check_with_the_judge_from_flags(tmp_path):
+    out = tmp_path / "out.jsonl"
+    with StandInJudge() as server:
+        result = runner.invoke(app, ["check", str(example_path("calls.jsonl")), "-o", str(out),
+                                     "--base-url", server.base_url, "--model", "stand-in"])
+    assert result.exit_code == 0, result.output
+    rows = {row["id"]: row for row in rows_of(out)}
+    assert rows["weather-ok"]["semantic_avg_score_general"] == 1.0 and rows["weather-ok"]["overall_valid"] is True
+    assert rows["flight-missing-date"]["judge_skipped"].startswith("the static stage failed")
+
+
+def test_check_with_the_judge_from_a_config_file_and_environment(tmp_path, monkeypatch):
+    out = tmp_path / "out.jsonl"
+    with StandInJudge() as server:
+        config = tmp_path / "config.yaml"
+        config.write_text(f"judge:\n  base_url: {server.base_url}\n  model: from-file\nmode: combined\n")
+        monkeypatch.setenv("REFLECTION_MODE", "per_check")
+        result = runner.invoke(app, ["check", str(example_path("calls.jsonl")), "-o", str(out), "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    assert {row["id"]: row for row in rows_of(out)}["weather-ok"]["usage"]["requests"] == 4  # env beats file
