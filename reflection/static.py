@@ -1,0 +1,734 @@
+"""The static stage: check a tool call against its tool's JSON Schema before it runs.
+
+`check_call` and `check_calls` answer every one of the nine `STATIC_CHECKS` for each call,
+pass or fail, with findings that say where (a JSON path into the arguments), what was
+expected, what was found, and which JSON Schema keyword failed.
+
+How a violation is sorted into a check (each lands in exactly one):
+
+- an argument name the tool does not define: `non_existent_parameter`. At the top level
+  this holds even without `additionalProperties: false` (agents must not invent
+  parameters); nested objects only when their schema forbids extra names.
+- a wrong JSON type at any depth, or a union (`anyOf`/`oneOf`) whose every branch rejects
+  the value's type: `incorrect_parameter_type`. When exactly one branch accepts the value's
+  type, that branch's own errors are reported instead.
+- a missing required property at any depth (also `dependentRequired`): `missing_required_parameter`.
+- `enum` or `const`: `allowed_values_violation`.
+- anything else the schema rejects: `json_schema_violation`.
+
+The gating checks (`invalid_tool_call`, `empty_api_spec`, `invalid_api_spec`,
+`non_existent_function`) stop the argument checks: those then pass vacuously, and the
+gating finding says "arguments not checked".
+
+Compiled validators are cached by schema content (bounded, so memory stays flat on streams
+of ever-new schemas); a valid call costs one compiled `is_valid` plus a set check.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+import jsonschema_rs
+import orjson
+
+from reflection._corrections import closest_name, suggest_correction
+from reflection._json import canonical_bytes, dumps, has_non_finite, require_json_like
+from reflection.formats import normalize_calls, normalize_tools
+from reflection.model import (
+    STATIC_CHECKS,
+    CheckResult,
+    Finding,
+    SpecProblem,
+    StaticResult,
+    ToolCall,
+    ToolInventory,
+    ToolSpec,
+)
+
+__all__ = ["check_call", "check_calls"]
+
+_GATING = ("invalid_tool_call", "empty_api_spec", "invalid_api_spec", "non_existent_function")
+_NOT_CHECKED = "Arguments not checked"
+
+# Cache sizes: enough for every tool set of a large benchmark, small enough to stay flat.
+_SCHEMA_CACHE_SIZE = 1024
+_PREPARED_CACHE_SIZE = 1024
+_RAW_TOOLS_CACHE_SIZE = 1024
+
+_PASS = CheckResult(passed=True)
+_ALL_PASS: dict[str, CheckResult] = {name: _PASS for name in STATIC_CHECKS}
+
+
+# --- public API ----------------------------------------------------------------------------
+
+
+def check_call(call: Any, tools: Any) -> StaticResult:
+    """Check one tool call against the tool specs, answering all nine static checks.
+
+    `call` is a `ToolCall` or any supported raw shape (OpenAI, Anthropic, plain
+    `{"name", "arguments"}`, or a JSON string of one); `tools` is a `ToolInventory` or any
+    raw spec list `normalize_tools` accepts. Bad data never raises: it becomes a failing
+    check. Objects that are not JSON-like raise `TypeError` naming the argument.
+
+    When `call` holds several calls (a parallel-call message), the result fails
+    `invalid_tool_call` and says to use `check_calls`.
+
+    When the called name is unknown but some specs could not be read at all (not even
+    their name), the result fails `invalid_api_spec` rather than `non_existent_function`:
+    the called tool may be among the unreadable specs, so blaming the agent would be a guess.
+    """
+    calls = _calls_of(call, "call")
+    if len(calls) != 1:
+        calls = [ToolCall(name="", error=f"got {len(calls)} tool calls but check_call checks exactly one; "
+                                         "use check_calls to check parallel calls one by one")]
+    prepared = _prepare(_inventory_of(tools))
+    return _check(calls[0], prepared)
+
+
+def check_calls(calls: Any, tools: Any) -> list[StaticResult]:
+    """Check parallel calls: each call is checked and reported on its own, in order.
+
+    `calls` is a list of calls, an assistant message carrying several (`tool_calls` or
+    Anthropic `tool_use` blocks), or a single call; `tools` as for `check_call`.
+    """
+    prepared = _prepare(_inventory_of(tools))
+    return [_check(one, prepared) for one in _calls_of(calls, "calls")]
+
+
+# --- inputs --------------------------------------------------------------------------------
+
+
+def _calls_of(raw: Any, argument: str) -> list[ToolCall]:
+    if isinstance(raw, ToolCall):
+        return [_checked_tool_call(raw, argument)]
+    if isinstance(raw, (list, tuple)) and raw and all(isinstance(c, ToolCall) for c in raw):
+        return [_checked_tool_call(c, argument) for c in raw]
+    try:
+        return normalize_calls(raw)
+    except TypeError as exc:
+        if argument != "call" and str(exc).startswith("call:"):
+            raise TypeError(f"{argument}:{str(exc)[5:]}") from None
+        raise
+
+
+def _checked_tool_call(call: ToolCall, argument: str) -> ToolCall:
+    # Calls from formats are already checked; a hand-built ToolCall may hold anything.
+    if call.arguments is not None:
+        require_json_like(call.arguments, argument)
+        if call.error is None and has_non_finite(call.arguments):
+            return call.model_copy(update={
+                "arguments": None, "error": "arguments contain NaN or Infinity, which JSON cannot represent"})
+    return call
+
+
+# Key order is kept (not sorted): rows from one producer repeat it, and sorting costs more
+# than the occasional miss, which normalize_tools' own content cache absorbs.
+_KEY_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+_RAW_TOOLS: dict[bytes, tuple[Any, ToolInventory]] = {}
+
+
+def _inventory_of(tools: Any) -> ToolInventory:
+    """`normalize_tools(tools)`, with a shortcut for raw tool lists seen before.
+
+    Logs repeat the same tool list on every row; re-walking it to prove it is JSON-like
+    costs more than the whole check. The shortcut needs byte-identical JSON AND
+    Python equality with a list that already passed `normalize_tools`, so it returns what
+    `normalize_tools` would and never lets a non-JSON object through (orjson refuses most;
+    the few it serialises natively, like UUID or plain Enum, are not equal to JSON values).
+    """
+    if type(tools) is not list:
+        return normalize_tools(tools)
+    try:
+        key = orjson.dumps(tools, option=_KEY_OPTIONS)
+    except TypeError:  # big integers, surrogates, non-JSON objects: the exact path decides
+        return normalize_tools(tools)
+    hit = _RAW_TOOLS.get(key)
+    if hit is not None and hit[0] == tools:
+        return hit[1]
+    inventory = normalize_tools(tools)
+    _put(_RAW_TOOLS, key, (orjson.loads(key), inventory), _RAW_TOOLS_CACHE_SIZE)
+    return inventory
+
+
+def _put(cache: dict[Any, Any], key: Any, value: Any, size: int) -> None:
+    while cache and len(cache) >= size:
+        cache.pop(next(iter(cache)), None)  # first in, first out
+    cache[key] = value
+
+
+# --- compiled schemas ----------------------------------------------------------------------
+
+
+@dataclass(slots=True, frozen=True)
+class _Schema:
+    """Everything computed once per distinct parameters schema."""
+
+    schema: dict[str, Any]
+    validator: Any  # jsonschema_rs.Validator, None when the schema does not compile
+    problem: str | None = None
+    problem_keyword: str | None = None
+    defined: frozenset[str] = frozenset()
+    names: tuple[str, ...] = ()
+    open: bool = False
+    """True when any top-level name is allowed (truthy additionalProperties)."""
+    name_patterns: Any = None
+    """Compiled check of patternProperties regexes, for names not in `defined`."""
+    forbids_extra: bool = False
+    """The top level itself says additionalProperties: false."""
+
+
+_SCHEMAS: dict[bytes, _Schema] = {}
+
+
+def _compiled(schema: dict[str, Any]) -> _Schema:
+    key = canonical_bytes(schema)
+    entry = _SCHEMAS.get(key)
+    if entry is None:
+        entry = _compile(schema)
+        _put(_SCHEMAS, key, entry, _SCHEMA_CACHE_SIZE)
+    return entry
+
+
+def _compile(schema: dict[str, Any]) -> _Schema:
+    try:
+        validator = jsonschema_rs.validator_for(schema, validate_formats=True, offline=True)
+    except Exception as exc:  # any compile failure is a property of the user's schema
+        message, keyword = _compile_problem(schema, exc)
+        return _Schema(schema=schema, validator=None, problem=message, problem_keyword=keyword)
+    names, patterns, is_open = _top_level_names(schema)
+    name_patterns = None
+    if patterns and not is_open:
+        try:
+            name_patterns = jsonschema_rs.validator_for({"anyOf": [{"pattern": p} for p in patterns]})
+        except Exception:  # the main schema compiled, so its patterns do; be safe anyway
+            is_open = True
+    return _Schema(schema=schema, validator=validator, defined=frozenset(names), names=tuple(names),
+                   open=is_open, name_patterns=name_patterns,
+                   forbids_extra=schema.get("additionalProperties") is False)
+
+
+def _compile_problem(schema: dict[str, Any], exc: Exception) -> tuple[str, str | None]:
+    text = getattr(exc, "message", None) or str(exc)
+    remote = [ref for ref in _refs(schema) if not ref.startswith("#")]
+    if remote and ("retriev" in text.lower() or "base uri" in text.lower() or "registry" in text.lower()):
+        shown = ", ".join(f'"{r}"' for r in remote[:3])
+        return (f"its schema uses a remote $ref ({shown}); remote refs are never fetched (checks run offline). "
+                "Inline the referenced schema under \"$defs\" and refer to it as \"#/$defs/<name>\"", "$ref")
+    where = getattr(exc, "instance_path", None)
+    if where:
+        location = "/" + "/".join(str(p) for p in where)
+        return f"its parameters schema is not a valid JSON Schema at {location}: {text}", None
+    return f"its parameters schema is not a valid JSON Schema: {text}", None
+
+
+def _refs(node: Any, depth: int = 0) -> list[str]:
+    if depth > 100:
+        return []
+    if isinstance(node, dict):
+        found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        for value in node.values():
+            found.extend(_refs(value, depth + 1))
+        return found
+    if isinstance(node, list):
+        return [ref for item in node for ref in _refs(item, depth + 1)]
+    return []
+
+
+def _top_level_names(root: dict[str, Any]) -> tuple[list[str], list[str], bool]:
+    """Names the top-level object defines, regexes of patternProperties, and whether any name goes.
+
+    Names are collected through properties, local $ref, allOf/anyOf/oneOf, if/then/else and
+    dependentSchemas (draft-7 `dependencies` too). A truthy additionalProperties (true or any
+    schema) or unevaluatedProperties makes every name defined.
+    """
+    names: dict[str, None] = {}
+    patterns: list[str] = []
+    is_open = False
+    seen: set[int] = set()
+    stack: list[tuple[Any, int]] = [(root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, dict) or id(node) in seen or depth > 64:
+            continue
+        seen.add(id(node))
+        if isinstance(node.get("properties"), dict):
+            names.update(dict.fromkeys(node["properties"]))
+        if isinstance(node.get("patternProperties"), dict):
+            patterns.extend(node["patternProperties"])
+        for key in ("additionalProperties", "unevaluatedProperties"):
+            if key in node and node[key] is not False:
+                is_open = True
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#"):
+            stack.append((_resolve_pointer(root, ref), depth + 1))
+        for key in ("allOf", "anyOf", "oneOf"):
+            if isinstance(node.get(key), list):
+                stack.extend((sub, depth + 1) for sub in node[key])
+        for key in ("if", "then", "else"):
+            stack.append((node.get(key), depth + 1))
+        for key in ("dependentSchemas", "dependencies"):
+            if isinstance(node.get(key), dict):
+                stack.extend((sub, depth + 1) for sub in node[key].values())
+    # The walk is depth-first from the end; keep the schema's own order for messages.
+    ordered = list(names)
+    return ordered, patterns, is_open
+
+
+def _resolve_pointer(root: Any, ref: str) -> Any:
+    node = root
+    pointer = unquote(ref[1:])
+    if not pointer:
+        return root
+    if not pointer.startswith("/"):
+        return None  # anchors are not followed for name collection
+    for part in pointer[1:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _schema_at(root: Any, schema_path: list[Any]) -> Any:
+    node = root
+    for part in schema_path:
+        if isinstance(node, dict) and isinstance(part, str):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            return None
+    return node
+
+
+# --- per inventory -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Prepared:
+    inventory: ToolInventory
+    tools: dict[str, tuple[ToolSpec, _Schema]]
+    names: tuple[str, ...]
+    problems: tuple[SpecProblem, ...]
+    unnamed: tuple[SpecProblem, ...]
+    broken: tuple[tuple[str, str], ...] = ()
+    """(tool name, warning) for tools whose schema does not compile."""
+
+
+_PREPARED: dict[int, tuple[ToolInventory, _Prepared]] = {}
+
+
+def _prepare(inventory: ToolInventory) -> _Prepared:
+    # Keyed by identity (normalize_tools returns one object per distinct spec list); the
+    # entry keeps the inventory alive, so its id cannot be reused while cached.
+    hit = _PREPARED.get(id(inventory))
+    if hit is not None and hit[0] is inventory:
+        return hit[1]
+    tools: dict[str, tuple[ToolSpec, _Schema]] = {}
+    broken: list[tuple[str, str]] = []
+    for tool in inventory.tools:
+        if tool.name in tools:
+            continue
+        entry = _compiled(tool.parameters)
+        tools[tool.name] = (tool, entry)
+        if entry.validator is None:
+            broken.append((tool.name, f"tool {tool.name!r} cannot be checked: {entry.problem}"))
+    prepared = _Prepared(
+        inventory=inventory, tools=tools, names=tuple(tools), problems=inventory.problems,
+        unnamed=tuple(p for p in inventory.problems if p.name is None), broken=tuple(broken))
+    _put(_PREPARED, id(inventory), (inventory, prepared), _PREPARED_CACHE_SIZE)
+    return prepared
+
+
+def _problem_warning(problem: SpecProblem) -> str:
+    return f"ignored a tool spec: {problem.message}"
+
+
+# --- issues --------------------------------------------------------------------------------
+
+_MISSING: Any = object()
+
+
+@dataclass(slots=True)
+class _Issue:
+    """A finding plus what corrections need: the instance path as segments and the value."""
+
+    check: str
+    segments: tuple[str | int, ...]
+    message: str
+    expected: Any = None
+    actual: Any = None
+    keyword: str | None = None
+    at: tuple[str | int, ...] = ()
+    """Instance path of the failing value (the object, for a missing property)."""
+    value: Any = _MISSING
+    types: tuple[str, ...] = ()
+    options: tuple[Any, ...] = field(default=())
+
+    @property
+    def path(self) -> str:
+        return _path(self.segments)
+
+    def finding(self) -> Finding:
+        return Finding(check=self.check, path=self.path, message=self.message,
+                       expected=self.expected, actual=self.actual, keyword=self.keyword)
+
+
+Failures = dict[str, list[_Issue]]
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _path(segments: tuple[str | int, ...] | list[str | int]) -> str:
+    """JSON path of an instance location: `$.items[0].qty`, `$['odd key']`."""
+    out = ["$"]
+    for part in segments:
+        if isinstance(part, int):
+            out.append(f"[{part}]")
+        elif _IDENTIFIER.match(part):
+            out.append("." + part)
+        else:
+            out.append("['" + part.replace("\\", "\\\\").replace("'", "\\'") + "']")
+    return "".join(out)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _matches_type(value: Any, json_type: str) -> bool:
+    actual = _json_type(value)
+    if actual == json_type:
+        return True
+    if json_type == "number":
+        return actual == "integer"
+    return json_type == "integer" and isinstance(value, float) and value.is_integer()
+
+
+def _show(value: Any, limit: int = 80) -> str:
+    try:
+        text = dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _either(items: list[str] | tuple[str, ...], word: str = "or") -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + f" {word} " + items[-1]
+
+
+def _choices(options: list[Any] | tuple[Any, ...], limit: int = 10) -> str:
+    shown = [_show(o, 40) for o in options[:limit]]
+    more = f" (and {len(options) - limit} more)" if len(options) > limit else ""
+    return ", ".join(shown) + more
+
+
+# --- the checker ---------------------------------------------------------------------------
+
+
+def _check(call: ToolCall, prepared: _Prepared) -> StaticResult:
+    failures, warnings = _evaluate(call, prepared)
+    if not failures:
+        return StaticResult(call=call, checks=dict(_ALL_PASS), warnings=warnings)
+    correction, notes = suggest_correction(call, failures, lambda c: _evaluate(c, prepared)[0])
+    checks = dict(_ALL_PASS)
+    for name, issues in failures.items():
+        checks[name] = CheckResult(passed=False, findings=tuple(issue.finding() for issue in issues))
+    return StaticResult(call=call, checks=checks, warnings=warnings, correction=correction,
+                        correction_notes=tuple(notes))
+
+
+def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str, ...]]:
+    """All failing checks of `call`, and the warnings about other tools' specs."""
+    failures: Failures = {}
+    name = call.name
+    if call.error is not None:
+        failures["invalid_tool_call"] = [_Issue(
+            "invalid_tool_call", (), f"The tool call is malformed: {call.error}. {_NOT_CHECKED}: send a call "
+            "with a function name and a JSON object of arguments.",
+            expected="a function name and a JSON object of arguments", actual=call.raw_arguments)]
+    if prepared.inventory.empty:
+        failures["empty_api_spec"] = [_Issue(
+            "empty_api_spec", (), f"No tool specs were given, so the call cannot be checked. {_NOT_CHECKED}: "
+            "pass the tool specs the agent was offered.", expected="at least one tool spec", actual=0)]
+        return failures, ()
+    found = prepared.tools.get(name) if name else None
+    excluded: str | None = name if found is not None else None
+    skip_unnamed = False
+    if name and found is None:
+        problem = next((p for p in prepared.problems if p.name == name), None)
+        if problem is not None:
+            excluded = name
+            failures["invalid_api_spec"] = [_Issue(
+                "invalid_api_spec", (), f"The spec of tool {name!r} is unusable: {problem.message}. "
+                f"{_NOT_CHECKED}: fix the tool spec.", expected="a readable tool spec", actual=problem.message)]
+        elif prepared.unnamed:
+            skip_unnamed = True
+            count = len(prepared.unnamed)
+            failures["invalid_api_spec"] = [_Issue(
+                "invalid_api_spec", (), f"Tool {name!r} is not among the readable specs, and {count} spec(s) "
+                f"could not be read at all, so the called tool may be one of them. {_NOT_CHECKED}: fix the "
+                "unreadable specs (" + "; ".join(p.message for p in prepared.unnamed[:3]) + ").",
+                expected="readable tool specs", actual=[p.message for p in prepared.unnamed])]
+        else:
+            defined = list(prepared.names)
+            guess = closest_name(name, defined)
+            hint = f' Did you mean "{guess}"?' if guess else ""
+            listing = ", ".join(defined[:20]) + (f" (and {len(defined) - 20} more)" if len(defined) > 20 else "")
+            failures["non_existent_function"] = [_Issue(
+                "non_existent_function", (), f"No tool named {name!r} is defined. {_NOT_CHECKED}. "
+                f"Defined tools: {listing or 'none'}.{hint}", expected=defined, actual=name,
+                options=(guess,) if guess else ())]
+    schema = found[1] if found is not None else None
+    if schema is not None and schema.validator is None:
+        failures["invalid_api_spec"] = [_Issue(
+            "invalid_api_spec", (), f"The spec of tool {name!r} is unusable: {schema.problem}. "
+            f"{_NOT_CHECKED}: fix the tool spec.", expected="a valid JSON Schema", actual=schema.problem,
+            keyword=schema.problem_keyword)]
+    warnings = _warnings(prepared, excluded, skip_unnamed)
+    if failures or schema is None:
+        return failures, warnings
+    arguments = call.arguments if call.arguments is not None else {}
+    try:
+        issues = _check_arguments(arguments, schema, name)
+    except ValueError as exc:  # text the validator cannot take (unpaired surrogates)
+        failures["invalid_tool_call"] = [_Issue(
+            "invalid_tool_call", (), f"The arguments cannot be validated: {exc}. {_NOT_CHECKED}: send valid "
+            "Unicode text.", expected="valid Unicode text", actual=None)]
+        return failures, warnings
+    for issue in issues:
+        failures.setdefault(issue.check, []).append(issue)
+    return failures, warnings
+
+
+def _warnings(prepared: _Prepared, excluded: str | None, skip_unnamed: bool) -> tuple[str, ...]:
+    if not prepared.problems and not prepared.broken:
+        return ()
+    out = [_problem_warning(p) for p in prepared.problems
+           if not (p.name is not None and p.name == excluded and excluded not in prepared.tools)
+           and not (p.name is None and skip_unnamed)]
+    out.extend(message for tool, message in prepared.broken if tool != excluded)
+    return tuple(out)
+
+
+def _check_arguments(args: dict[str, Any], schema: _Schema, tool: str) -> list[_Issue]:
+    unknown: list[str] = []
+    if not schema.open and not schema.defined.issuperset(args):
+        unknown = [k for k in args if k not in schema.defined]
+        if schema.name_patterns is not None:
+            unknown = [k for k in unknown if not schema.name_patterns.is_valid(k)]
+    valid = schema.validator.is_valid(args)
+    if valid and not unknown:
+        return []
+    issues: list[_Issue] = []
+    if not valid:
+        for error in schema.validator.iter_errors(args):
+            _classify(error, issues, schema.schema)
+    for key in unknown:
+        listing = ", ".join(schema.names[:30]) if schema.names else ""
+        known = f"its parameters: {listing}" if listing else "it takes no parameters"
+        issues.append(_Issue(
+            "non_existent_parameter", (key,), f'{_path((key,))}: "{key}" is not a parameter of tool {tool!r} '
+            f"({known}). Remove it or use a defined parameter.", expected=list(schema.names), actual=key,
+            keyword="additionalProperties" if schema.forbids_extra else "properties", at=(), value=args[key]))
+    return _tidy(issues)
+
+
+def _tidy(issues: list[_Issue]) -> list[_Issue]:
+    """Drop echoes: duplicates, errors at a value already wrong in type, names reported twice."""
+    wrong_type = {i.at for i in issues if i.check == "incorrect_parameter_type"}
+    unknown = {i.segments for i in issues if i.check == "non_existent_parameter"}
+    seen: set[Any] = set()
+    out: list[_Issue] = []
+    for issue in issues:
+        if issue.check != "incorrect_parameter_type" and issue.at in wrong_type and issue.check != "non_existent_parameter":
+            continue
+        if issue.keyword == "unevaluatedProperties" and issue.segments in unknown:
+            continue
+        if issue.check == "non_existent_parameter":
+            key: Any = (issue.check, issue.segments)
+        else:
+            key = (issue.check, issue.segments, issue.keyword, _show(issue.expected, 200))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(issue)
+    return out
+
+
+def _keyword(schema_path: list[Any], fallback: str) -> str:
+    """The last JSON Schema keyword on a schema path (property names are skipped)."""
+    keyword = None
+    skip = False
+    for part in schema_path:
+        if skip:
+            skip = False
+            continue
+        if isinstance(part, str):
+            keyword = part
+            skip = part in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas",
+                            "dependencies")
+    return keyword or fallback
+
+
+_UNION_FAILURES = (jsonschema_rs.ValidationErrorKind.AnyOf, jsonschema_rs.ValidationErrorKind.OneOfNotValid)
+
+
+def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
+    kind = error.kind
+    name = kind.name
+    at = tuple(error.instance_path)
+    where = _path(at)
+    keyword = _keyword(error.schema_path, name)
+    if name == "type":
+        types = tuple(kind.types)
+        issues.append(_type_issue(at, error.instance, types, keyword))
+    elif name == "required":
+        prop = kind.property
+        hint = _property_hint(root, error.schema_path, prop)
+        issues.append(_Issue(
+            "missing_required_parameter", at + (prop,), f'{_path(at + (prop,))}: required parameter "{prop}" is '
+            f"missing{hint}. Add it.", expected=prop, actual=None, keyword=keyword, at=at))
+    elif name in ("enum", "const"):
+        options = tuple(kind.options) if name == "enum" else (kind.expected_value,)
+        if name == "enum":
+            message = f"{where}: {_show(error.instance)} is not one of the allowed values {_choices(options)}. Use one of them."
+            expected: Any = list(options)
+        else:
+            message = f"{where}: must be exactly {_show(options[0])}, got {_show(error.instance)}."
+            expected = options[0]
+        issues.append(_Issue("allowed_values_violation", at, message, expected=expected, actual=error.instance,
+                             keyword=keyword, at=at, value=error.instance, options=options))
+    elif name == "additionalProperties":
+        allowed = _object_names(root, error.schema_path[:-1])
+        listing = f"; allowed: {', '.join(allowed)}" if allowed else ""
+        for prop in kind.unexpected:
+            value = error.instance.get(prop, _MISSING) if isinstance(error.instance, dict) else _MISSING
+            issues.append(_Issue(
+                "non_existent_parameter", at + (prop,), f'{_path(at + (prop,))}: "{prop}" is not allowed here '
+                f"(additionalProperties is false{listing}). Remove it.", expected=allowed, actual=prop,
+                keyword=keyword, at=at, value=value))
+    elif isinstance(kind, _UNION_FAILURES):
+        _classify_union(error, issues, root, keyword)
+    elif name == "unevaluatedProperties":
+        for prop in kind.unexpected:
+            issues.append(_Issue(
+                "json_schema_violation", at + (prop,), f'{_path(at + (prop,))}: "{prop}" is not evaluated by any '
+                "subschema and unevaluatedProperties forbids it. Remove it.", expected=None, actual=prop,
+                keyword=keyword, at=at))
+    else:
+        issues.append(_violation(error, keyword, root))
+
+
+def _violation(error: Any, keyword: str, root: dict[str, Any]) -> _Issue:
+    at = tuple(error.instance_path)
+    kind = error.kind
+    if kind.name == "falseSchema":
+        expected: Any = False
+        detail = "no value is allowed here (the schema is false)"
+    else:
+        try:
+            data = kind.as_dict()
+        except Exception:  # a kind without a plain-data form
+            data = {}
+        if len(data) == 1 and not {"context", "error"} & data.keys():
+            expected = next(iter(data.values()))
+        else:
+            expected = _schema_at(root, error.schema_path)
+        detail = error.message
+    return _Issue("json_schema_violation", at, f'{_path(at)}: {detail} (keyword "{keyword}"). Change the value '
+                  "to satisfy the schema.", expected=expected, actual=error.instance, keyword=keyword, at=at,
+                  value=error.instance)
+
+
+def _type_issue(at: tuple[str | int, ...], value: Any, types: tuple[str, ...], keyword: str) -> _Issue:
+    wanted = _either(list(types))
+    return _Issue(
+        "incorrect_parameter_type", at, f"{_path(at)}: expected {wanted}, got {_json_type(value)} {_show(value)}. "
+        f"Send a value of type {wanted}.", expected=types[0] if len(types) == 1 else list(types),
+        actual=_json_type(value), keyword=keyword, at=at, value=value, types=types)
+
+
+def _classify_union(error: Any, issues: list[_Issue], root: dict[str, Any], keyword: str) -> None:
+    at = tuple(error.instance_path)
+    branches = error.kind.context
+    rejected = [_branch_types(branch, at, error.instance) for branch in branches]
+    accepting = [i for i, types in enumerate(rejected) if types is None]
+    types = tuple(dict.fromkeys(t for branch in rejected for t in branch or ()))
+    if not accepting and types:
+        issues.append(_type_issue(at, error.instance, types, keyword))
+    elif len(accepting) == 1:
+        for sub in branches[accepting[0]]:
+            _classify(sub, issues, root)
+    else:
+        summary = "; ".join(f"({i + 1}) {branch[0].message}" for i, branch in enumerate(branches) if branch)
+        issues.append(_Issue(
+            "json_schema_violation", at, f'{_path(at)}: {_show(error.instance)} matches none of the alternatives '
+            f'in "{keyword}": {summary}. Change the value to satisfy one of them.',
+            expected=_schema_at(root, error.schema_path), actual=error.instance, keyword=keyword, at=at,
+            value=error.instance))
+
+
+def _branch_types(errors: list[Any], at: tuple[Any, ...], value: Any) -> tuple[str, ...] | None:
+    """The types a union branch would accept when it rejects `value`'s type outright, else None."""
+    for error in errors:
+        if tuple(error.instance_path) != at:
+            continue
+        kind = error.kind
+        name = kind.name
+        if name == "type":
+            return tuple(kind.types)
+        if name == "falseSchema":
+            return ()
+        if name in ("enum", "const"):
+            options = kind.options if name == "enum" else [kind.expected_value]
+            types = tuple(dict.fromkeys(_json_type(o) for o in options))
+            if not any(_matches_type(value, t) for t in types):
+                return types
+        if isinstance(kind, _UNION_FAILURES):
+            nested = [_branch_types(branch, at, value) for branch in kind.context]
+            if all(types is not None for types in nested):
+                return tuple(dict.fromkeys(t for types in nested for t in types or ()))
+    return None
+
+
+def _property_hint(root: dict[str, Any], schema_path: list[Any], prop: str) -> str:
+    parent = _schema_at(root, schema_path[:-1])
+    if not isinstance(parent, dict) or not isinstance(parent.get("properties"), dict):
+        return ""
+    sub = parent["properties"].get(prop)
+    if isinstance(sub, dict) and isinstance(sub.get("$ref"), str) and sub["$ref"].startswith("#"):
+        sub = _resolve_pointer(root, sub["$ref"])
+    if isinstance(sub, dict) and isinstance(sub.get("type"), (str, list)):
+        types = sub["type"] if isinstance(sub["type"], list) else [sub["type"]]
+        return f" (expected {_either([str(t) for t in types])})"
+    return ""
+
+
+def _object_names(root: dict[str, Any], schema_path: list[Any]) -> list[str]:
+    node = _schema_at(root, schema_path)
+    if isinstance(node, dict) and isinstance(node.get("properties"), dict):
+        return list(node["properties"])
+    return []
