@@ -208,16 +208,16 @@ def normalize_calls(raw: Any) -> list[ToolCall]:
     if isinstance(raw, (list, tuple)):
         if not raw:
             return [ToolCall(name="", error="no tool call was given (an empty list)")]
-        return [normalize_call(item) for item in raw]
+        return [_normalize_call(item) for item in raw]
     if isinstance(raw, dict):
         if isinstance(raw.get("tool_calls"), list) and "function" not in raw:
             return normalize_calls(raw["tool_calls"])
         if raw.get("role") == "assistant" and isinstance(raw.get("content"), list):
             uses = [b for b in raw["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
             if uses:
-                return [normalize_call(b) for b in uses]
+                return [_normalize_call(b) for b in uses]
             return [ToolCall(name="", error="the assistant message carries no tool call")]
-    return [normalize_call(raw)]
+    return [_normalize_call(raw)]
 
 
 _ARGUMENT_KEYS = ("arguments", "args", "input_parameters", "input")
@@ -231,6 +231,11 @@ def normalize_call(raw: Any) -> ToolCall:
     if isinstance(raw, ToolCall):
         return raw
     require_json_like(raw, "call")
+    return _normalize_call(raw)
+
+
+def _normalize_call(raw: Any) -> ToolCall:
+    # `raw` is known to be JSON-like (normalize_calls checked the whole value once).
     if not isinstance(raw, dict):
         return ToolCall(name="", error=f"a tool call must be an object, got {_kind(raw)}")
     call_id = raw.get("id")
@@ -249,6 +254,7 @@ def normalize_call(raw: Any) -> ToolCall:
 
 def _read_arguments(raw_args: Any) -> tuple[dict[str, Any] | None, str | None, str | None]:
     raw_text = None
+    parsed = False
     if isinstance(raw_args, str):
         raw_text = raw_args
         if not raw_args.strip():
@@ -257,9 +263,11 @@ def _read_arguments(raw_args: Any) -> tuple[dict[str, Any] | None, str | None, s
             raw_args = parse_json(raw_args)
         except ValueError as exc:
             return None, raw_text, f"arguments are not valid JSON: {exc}"
+        parsed = True
     if not isinstance(raw_args, dict):
         return None, raw_text, f"arguments must be a JSON object, got {_kind(raw_args)}"
-    if has_non_finite(raw_args):
+    # Text that parse_json accepts holds no NaN or infinity (orjson rejects them first).
+    if not parsed and has_non_finite(raw_args):
         return None, raw_text, "arguments contain NaN or Infinity, which JSON cannot represent"
     return raw_args, raw_text, None
 
