@@ -5,7 +5,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from reflection.scoring import ScoreWeights, ToolCallingEvaluator, evaluate_tool_calls, interpret_score
+from reflection.scoring import (
+    ScoreWeights,
+    ToolCallingEvaluator,
+    evaluate_tool_calls,
+    interpret_score,
+)
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {

@@ -7,7 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reflection.scoring import normalize_tool_name, trajectory_correctness, trajectory_from_messages
+from reflection.scoring import (
+    normalize_tool_name,
+    trajectory_correctness,
+    trajectory_from_messages,
+)
 from reflection.scoring._assignment import max_weight_assignment
 
 ARGS = ("input_parameters",)
@@ -255,3 +259,13 @@ def test_duplicated_expected_calls_matched_by_duplicated_calls_score_1(trajector
     repeated = [step for step in trajectory for _ in range(copies)]
     assert trajectory_correctness(repeated, repeated, evaluation_params=ARGS).score == 1.0
     assert trajectory_correctness(repeated[::-1], repeated, evaluation_params=ARGS).score == 1.0
+
+
+def test_bare_tool_names_are_read_as_calls_without_arguments():
+    assert trajectory_correctness(["WebSearch", "ToolQuery"], ["WebSearch"]).score == 1.0
+
+
+def test_deepeval_style_calls_with_input_parameters_and_output_are_read():
+    step = {"name": "sql", "input_parameters": {"q": "select 1"}, "output": [[1]]}
+    result = trajectory_correctness([step], [step], evaluation_params=("input_parameters", "output"))
+    assert result.score == 1.0

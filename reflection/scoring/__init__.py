@@ -7,7 +7,11 @@ and the LLM-judged scores go through `reflection.judge`.
 """
 
 from reflection.scoring._judged import JudgedScore
-from reflection.scoring.calls import binary_tool_call, staged_tool_call, tool_call_equivalence
+from reflection.scoring.calls import (
+    binary_tool_call,
+    staged_tool_call,
+    tool_call_equivalence,
+)
 from reflection.scoring.dataset import (
     DatasetReport,
     SampleRecord,

@@ -18,7 +18,7 @@ from reflection.model import JudgeUsage
 if TYPE_CHECKING:
     from reflection.judge import Judge
 
-__all__ = ["JudgedScore", "ScoreReply", "SCORE_SCHEMA", "ask_score", "build_score_messages"]
+__all__ = ["SCORE_SCHEMA", "JudgedScore", "ScoreReply", "ask_score", "build_score_messages"]
 
 
 class ScoreReply(BaseModel):

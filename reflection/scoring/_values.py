@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from reflection._json import dumps
+
 _NUMBER = (int, float)
 
 
@@ -81,24 +83,22 @@ def argument_similarity(expected: dict[str, Any], actual: dict[str, Any]) -> flo
 def argument_differences(expected: dict[str, Any], actual: dict[str, Any], path: str = "$") -> list[str]:
     """Readable differences between two argument objects, one line per differing key."""
     out: list[str] = []
-    for key in expected:
+    for key, want in expected.items():
         where = f"{path}.{key}"
         if key not in actual:
-            out.append(f"{where} missing (expected {_short(expected[key])})")
-        elif not json_equal(expected[key], actual[key]):
-            if isinstance(expected[key], dict) and isinstance(actual[key], dict):
-                out.extend(argument_differences(expected[key], actual[key], where))
+            out.append(f"{where} missing (expected {_short(want)})")
+        elif not json_equal(want, actual[key]):
+            if isinstance(want, dict) and isinstance(actual[key], dict):
+                out.extend(argument_differences(want, actual[key], where))
             else:
-                out.append(f"{where}: expected {_short(expected[key])}, got {_short(actual[key])}")
-    for key in actual:
+                out.append(f"{where}: expected {_short(want)}, got {_short(actual[key])}")
+    for key, got in actual.items():
         if key not in expected:
-            out.append(f"{path}.{key} not expected (got {_short(actual[key])})")
+            out.append(f"{path}.{key} not expected (got {_short(got)})")
     return out
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    from reflection._json import dumps
-
     text = dumps(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

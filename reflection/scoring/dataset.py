@@ -25,8 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from reflection._json import canonical_bytes
 from reflection.formats import normalize_tools
 from reflection.model import ToolCall, ToolSpec
+from reflection.scoring._values import (
+    json_equal,
+    json_type,
+    matches_type,
+    with_defaults,
+)
 from reflection.scoring.calls import read_calls
-from reflection.scoring._values import json_equal, json_type, matches_type, with_defaults
 
 __all__ = [
     "DatasetReport",
@@ -176,7 +181,7 @@ class ToolCallingEvaluator:
         inventory = normalize_tools(sample.tools) if sample.tools is not None else self.inventory
         expected = _expected_call(sample.expected)
         predicted = _predicted_calls(sample.predicted)
-        base = {"sample_id": sample.sample_id, "query": sample.query,
+        base: dict[str, Any] = {"sample_id": sample.sample_id, "query": sample.query,
                 "expected_tool": expected.name if expected else None,
                 "response_quality": self._response_quality(sample)}
         if expected is None:
@@ -293,7 +298,7 @@ def _parameters_match(call: ToolCall, expected: ToolCall, spec: ToolSpec | None,
     if spec is not None:
         schema = spec.parameters
         required = [r for r in schema.get("required", []) if isinstance(r, str)]
-        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        properties: dict[str, Any] = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
         types = {k: v.get("type") for k, v in properties.items() if isinstance(v, dict)}
     else:
         # No schema for the expected tool: its reference arguments are the required ones,

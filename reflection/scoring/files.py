@@ -20,16 +20,31 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from reflection._json import parse_json
 from reflection.formats import normalize_history
 from reflection.model import ToolCall
 from reflection.rows import row_id
-from reflection.scoring.calls import binary_tool_call, read_calls, staged_tool_call, tool_call_equivalence
-from reflection.scoring.dataset import ScoreWeights, ScoringSample, ToolCallingEvaluator, interpret_score
+from reflection.scoring.calls import (
+    binary_tool_call,
+    read_calls,
+    staged_tool_call,
+    tool_call_equivalence,
+)
+from reflection.scoring.dataset import (
+    ScoreWeights,
+    ScoringSample,
+    ToolCallingEvaluator,
+    interpret_score,
+)
 from reflection.scoring.response import exact_match
-from reflection.scoring.trajectory import TrajectoryCall, read_trajectory, trajectory_correctness, trajectory_from_messages
+from reflection.scoring.trajectory import (
+    TrajectoryCall,
+    read_trajectory,
+    trajectory_correctness,
+    trajectory_from_messages,
+)
 
 __all__ = ["SCORE_KEYS", "ScoreSummary", "score_files", "score_row"]
 
@@ -46,6 +61,7 @@ SCORE_KEYS: tuple[str, ...] = (
 )
 """The metric keys of an output row, in order. Part of the public contract."""
 
+_ARGUMENTS: tuple[Literal["input_parameters"]] = ("input_parameters",)
 _PREDICTION_KEYS = ("tool_calls", "tool_call", "call", "prediction")
 _REFERENCE_KEYS = ("expected_tool_calls", "expected_tool_call", "expected_tools", "expected")
 
@@ -80,7 +96,7 @@ def score_row(prediction: Mapping[str, Any], reference: Mapping[str, Any], rid: 
     row.update(dict.fromkeys(SCORE_KEYS))
     row.update({"no_call": False, "unknown_tool": False, "error": unreadable})
     row["trajectory_correctness"] = trajectory_correctness(
-        steps, expected, evaluation_params=("input_parameters",), include_reason=False,
+        steps, expected, evaluation_params=_ARGUMENTS, include_reason=False,
         tools=reference.get("tools")).score
     if len(expected) <= 1:
         expected_call = None

@@ -65,8 +65,8 @@ def rouge_l(prediction: str, reference: str, *, use_stemmer: bool = True) -> flo
 @lru_cache(maxsize=2)
 def _rouge_scorer(use_stemmer: bool) -> tuple[Any, Any]:
     try:
-        from nltk.stem import porter
-        from rouge_score import rouge_scorer, tokenizers
+        from nltk.stem import porter  # type: ignore[import-untyped]
+        from rouge_score import rouge_scorer, tokenizers  # type: ignore[import-untyped]
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
         raise ImportError(
             "rouge_l needs the optional 'metrics' extra: pip install 'reflection[metrics]'"

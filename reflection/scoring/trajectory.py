@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,7 +22,12 @@ from reflection.formats import normalize_call, normalize_history, normalize_tool
 from reflection.model import History, JudgeUsage, ToolCall, ToolInventory
 from reflection.scoring._assignment import max_weight_assignment
 from reflection.scoring._judged import JudgedScore, ask_score
-from reflection.scoring._values import argument_differences, argument_similarity, json_equal, with_defaults
+from reflection.scoring._values import (
+    argument_differences,
+    argument_similarity,
+    json_equal,
+    with_defaults,
+)
 
 if TYPE_CHECKING:
     from reflection.judge import Judge
@@ -104,8 +109,10 @@ def normalize_tool_name(name: str) -> str:
 
 def read_trajectory(raw: Any) -> list[TrajectoryCall]:
     """Read a trajectory: a list of calls `{name, args | arguments | input_parameters | input,
-    output?}` in any shape `normalize_call` reads, `TrajectoryCall`/`ToolCall` objects, or an
-    OpenAI/Anthropic message list (see `trajectory_from_messages`). A JSON string is parsed first.
+    output?}` in any shape `normalize_call` reads, bare tool names, `TrajectoryCall`/`ToolCall`
+    objects, `{"tool_calls": [...]}`, or an OpenAI/Anthropic message list (see
+    `trajectory_from_messages`). A JSON string is parsed first. Raises ValueError when the
+    value is none of these.
     """
     if raw is None:
         return []
@@ -116,6 +123,8 @@ def read_trajectory(raw: Any) -> list[TrajectoryCall]:
             raw = parse_json(raw)
         except ValueError as exc:
             raise ValueError(f"trajectory is not valid JSON: {exc}") from None
+    if isinstance(raw, dict) and isinstance(raw.get("tool_calls"), list) and "role" not in raw:
+        raw = raw["tool_calls"]
     if isinstance(raw, (TrajectoryCall, ToolCall, dict)):
         raw = [raw]
     if not isinstance(raw, (list, tuple)):
@@ -128,6 +137,8 @@ def read_trajectory(raw: Any) -> list[TrajectoryCall]:
 def _read_step(item: Any) -> TrajectoryCall:
     if isinstance(item, TrajectoryCall):
         return item
+    if isinstance(item, str) and item.strip():
+        return TrajectoryCall(name=item, args={})  # a bare tool name, as in name-only datasets
     call = normalize_call(item)
     output = item.get("output") if isinstance(item, dict) else None
     return TrajectoryCall(name=call.name, args=call.arguments, output=output, error=call.error)
@@ -371,6 +382,16 @@ def _assigned(expected, called, params, rename) -> Outcome:
         return _empty_expected(called)
     weights = [[_pair(e, c, params, rename, exact=False) for c in called] for e in expected]
     pairs = [(e, c) for e, c in max_weight_assignment(weights) if weights[e][c] > 0] if called else []
+    # Same-name calls left over had nothing in common but the name: report them as a pair with
+    # score 0 and their differences, not as one missing and one extra call.
+    used_e = {e for e, _ in pairs}
+    used_c = {c for _, c in pairs}
+    spare = _by_name(called, used_c, rename)
+    for e, step in enumerate(expected):
+        pool = spare.get(rename(step.name))
+        if e not in used_e and pool:
+            pairs.append((e, pool.pop(0)))
+    pairs.sort()
     matches = [_match(expected, called, e, c, weights[e][c], params) for e, c in pairs]
     used_e = {e for e, _ in pairs}
     used_c = {c for _, c in pairs}
@@ -381,23 +402,35 @@ def _assigned(expected, called, params, rename) -> Outcome:
     return score, matches, missing, extra, []
 
 
+def _by_name(called, used: set[int], rename) -> dict[str, list[int]]:
+    spare: dict[str, list[int]] = {}
+    for j, step in enumerate(called):
+        if j not in used:
+            spare.setdefault(rename(step.name), []).append(j)
+    return spare
+
+
 def _ordered(expected, called, params, rename) -> Outcome:
     if not expected:
         return _empty_expected(called)
     m, n = len(expected), len(called)
     weights = [[_pair(e, c, params, rename, exact=False) for c in called] for e in expected]
-    dp = [[0.0] * (n + 1) for _ in range(m + 1)]
+    same = [[rename(e.name) == rename(c.name) for c in called] for e in expected]
+    # Maximise (summed credit, number of same-name pairs) lexicographically: the credit is the
+    # score; the count keeps same-name pairs with no credit in the sequence, for the reason.
+    dp = [[(0.0, 0)] * (n + 1) for _ in range(m + 1)]
     for i in range(1, m + 1):
         for j in range(1, n + 1):
             best = max(dp[i - 1][j], dp[i][j - 1])
-            if weights[i - 1][j - 1] > 0:
-                best = max(best, dp[i - 1][j - 1] + weights[i - 1][j - 1])
+            if same[i - 1][j - 1]:
+                w, k = dp[i - 1][j - 1]
+                best = max(best, (w + weights[i - 1][j - 1], k + 1))
             dp[i][j] = best
     pairs: list[tuple[int, int]] = []
     i, j = m, n
     while i > 0 and j > 0:
-        w = weights[i - 1][j - 1]
-        if w > 0 and dp[i][j] == dp[i - 1][j - 1] + w:
+        w, k = dp[i - 1][j - 1]
+        if same[i - 1][j - 1] and dp[i][j] == (w + weights[i - 1][j - 1], k + 1):
             pairs.append((i - 1, j - 1))
             i, j = i - 1, j - 1
         elif dp[i][j] == dp[i - 1][j]:
@@ -428,10 +461,7 @@ def _leftovers(expected, called, pairs, rename) -> tuple[list[int], list[int], l
     """Unpaired expected calls whose tool was called elsewhere are out of order; the rest are missing."""
     used_e = {e for e, _ in pairs}
     used_c = {c for _, c in pairs}
-    spare: dict[str, list[int]] = {}
-    for j, step in enumerate(called):
-        if j not in used_c:
-            spare.setdefault(rename(step.name), []).append(j)
+    spare = _by_name(called, used_c, rename)
     missing: list[int] = []
     out_of_order: list[int] = []
     for i, step in enumerate(expected):
