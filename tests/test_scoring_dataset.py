@@ -67,6 +67,12 @@ def test_parameters_are_checked_against_the_expected_tools_schema():
 def test_execution_success_needs_arguments_that_validate_against_the_schema():
     r = record({"name": "get_weather", "arguments": {"city": "Paris", "days": 30}})  # maximum 7
     assert (r.parameter_accuracy, r.execution_success) == (True, False)
+    assert r.error.startswith("arguments are not valid for 'get_weather': $.days")
+
+
+def test_execution_success_fails_on_a_parameter_the_tool_does_not_declare():
+    r = record({"name": "get_weather", "arguments": {"city": "Paris", "country": "FR"}})
+    assert (r.parameter_accuracy, r.execution_success) == (True, False)
 
 
 def test_without_a_schema_the_reference_arguments_are_the_required_ones():

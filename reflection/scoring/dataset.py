@@ -8,7 +8,8 @@ per sample, then means over the dataset and a weighted overall score:
   declared parameter has the type that tool's schema gives it (values are compared only with
   `compare_values=True`). Checking against the predicted tool's schema instead would give a
   wrong tool credit for its own parameters.
-- `execution_success`: the right tool, and arguments that validate against its JSON Schema.
+- `execution_success`: the right tool, and arguments that pass reflection's static checks
+  against that tool's spec (its JSON Schema, and no parameter it does not declare).
 
 Model failures (no call, a tool not in the inventory, unreadable arguments) are scored 0
 with the reason in `error`; rows whose reference is broken are kept as unscored error records.
@@ -22,9 +23,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from reflection._json import canonical_bytes
 from reflection.formats import normalize_tools
-from reflection.model import ToolCall, ToolSpec
+from reflection.model import ToolCall, ToolInventory, ToolSpec
 from reflection.scoring._values import (
     json_equal,
     json_type,
@@ -204,7 +204,7 @@ class ToolCallingEvaluator:
         spec = inventory.get(expected.name) if inventory is not None else None
         selected = call.name == expected.name
         params_ok = _parameters_match(call, expected, spec, self.compare_values)
-        valid, problem = _schema_valid(call.arguments, spec)
+        valid, problem = _schema_valid(call, spec)
         return SampleRecord(**base, tool_selection_accuracy=selected, parameter_accuracy=params_ok,
                             execution_success=selected and (params_ok if valid is None else valid), error=problem)
 
@@ -317,26 +317,18 @@ def _parameters_match(call: ToolCall, expected: ToolCall, spec: ToolSpec | None,
     return True
 
 
-_VALIDATORS: dict[bytes, Any] = {}
-
-
-def _schema_valid(arguments: dict[str, Any], spec: ToolSpec | None) -> tuple[bool | None, str | None]:
-    """(valid, problem): None when there is no schema to validate against."""
+def _schema_valid(call: ToolCall, spec: ToolSpec | None) -> tuple[bool | None, str | None]:
+    """(valid, problem) from reflection's static checks against the expected tool's spec;
+    (None, None) when there is no spec to check against."""
     if spec is None:
         return None, None
-    import jsonschema_rs
+    from reflection.static import check_call
 
-    key = canonical_bytes(spec.parameters)
-    validator = _VALIDATORS.get(key)
-    if validator is None:
-        try:
-            validator = jsonschema_rs.validator_for(spec.parameters)
-        except Exception as exc:  # noqa: BLE001 - any compile failure means "no usable schema"
-            return None, f"the schema of {spec.name!r} does not compile ({_first_line(exc)}); types were checked instead"
-        if len(_VALIDATORS) >= 1024:
-            _VALIDATORS.clear()
-        _VALIDATORS[key] = validator
-    return bool(validator.is_valid(arguments)), None
+    result = check_call(ToolCall(name=spec.name, arguments=call.arguments), ToolInventory(tools=(spec,)))
+    if result.valid:
+        return True, None
+    finding = result.findings()[0]
+    return False, f"arguments are not valid for {spec.name!r}: {finding.path}: {finding.message}"
 
 
 def _first_line(exc: BaseException) -> str:
