@@ -19,6 +19,20 @@ from reflection.model import (
 
 from reflection.judge import Judge, JudgeConfig, JudgeError, Price
 from reflection.pipeline import Reflector, reflect, reflect_sync
+from reflection.scoring import (
+    ScoreWeights,
+    ToolCallingEvaluator,
+    atrajectory_correctness,
+    binary_tool_call,
+    evaluate_tool_calls,
+    exact_match,
+    response_correctness,
+    rouge_l,
+    staged_tool_call,
+    tool_call_equivalence,
+    trajectory_correctness,
+)
+from reflection.static import check_call, check_calls
 
 __version__ = "0.1.0"
 
@@ -37,14 +51,27 @@ __all__ = [
     "Message",
     "ReflectionResult",
     "SemanticCheckResult",
+    "ScoreWeights",
     "StaticResult",
     "ToolCall",
+    "ToolCallingEvaluator",
     "ToolInventory",
     "ToolSpec",
+    "atrajectory_correctness",
+    "binary_tool_call",
+    "check_call",
+    "check_calls",
+    "evaluate_tool_calls",
+    "exact_match",
     "normalize_call",
     "normalize_calls",
     "normalize_history",
     "normalize_tools",
     "reflect",
     "reflect_sync",
+    "response_correctness",
+    "rouge_l",
+    "staged_tool_call",
+    "tool_call_equivalence",
+    "trajectory_correctness",
 ]

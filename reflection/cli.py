@@ -13,6 +13,7 @@ from reflection._json import dumps, parse_json
 from reflection.config import ReflectionConfig
 from reflection.pipeline import Reflector
 from reflection.rows import RowError, error_row, read_row, result_row, row_id
+from reflection.scoring._cli import score
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Check LLM agents' tool calls before they execute, and score them against references.")
@@ -102,3 +103,6 @@ async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: 
                 await slots.acquire()
                 tg.start_soon(run, reflector, line_number, raw)
     return counts
+
+
+app.command("score", help="Score predicted tool calls against references (JSON Lines joined by id).")(score)
