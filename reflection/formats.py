@@ -177,7 +177,8 @@ def _map_type_names(schema: Any) -> Any:
         if None in mapped_list:
             del out["type"]
         else:
-            out["type"] = list(dict.fromkeys(mapped_list))
+            # Items may be unhashable in a broken spec ("type": [[]]); the compiler reports it.
+            out["type"] = [t for i, t in enumerate(mapped_list) if t not in mapped_list[:i]]
     for key in _SUBSCHEMA_MAPS:
         if isinstance(out.get(key), dict):
             out[key] = {k: _map_type_names(v) for k, v in out[key].items()}
