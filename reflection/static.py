@@ -184,6 +184,9 @@ _SCHEMAS: dict[bytes, _Schema] = {}
 
 
 def _compiled(schema: dict[str, Any]) -> _Schema:
+    if has_non_finite(schema):  # canonical bytes would write NaN as null: keep them apart
+        return _Schema(schema=schema, validator=None,
+                       problem="its parameters schema contains NaN or Infinity, which JSON cannot represent")
     key = canonical_bytes(schema)
     entry = _SCHEMAS.get(key)
     if entry is None:

@@ -535,3 +535,13 @@ def test_schema_cache_stays_bounded_on_ever_new_schemas(monkeypatch):
         schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"}}}
         assert check_call(call({f"p{i}": i}, name="t"), tools_with(schema, "t")).valid
     assert len(static._SCHEMAS) <= 50
+
+
+def test_type_list_with_unhashable_items_is_invalid_api_spec():
+    # Found by the never-crashes property: formats used to raise TypeError here.
+    assert only(check_call(call({}, name="t"), tools_with({"type": [[]]}, "t")), "invalid_api_spec")
+
+
+def test_schema_with_nan_is_invalid_api_spec():
+    schema = {"type": "object", "properties": {"v": {"const": float("nan")}}}
+    assert "NaN" in only(check_call(call({"v": None}, name="t"), tools_with(schema, "t")), "invalid_api_spec").message
