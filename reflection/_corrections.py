@@ -21,6 +21,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from difflib import SequenceMatcher
+from functools import lru_cache
 from typing import Any
 
 from reflection._json import dumps
@@ -39,6 +40,11 @@ _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\Z")
 
 def closest_name(name: str, candidates: Sequence[str]) -> str | None:
     """The one candidate close enough to `name`, or None when none or several are."""
+    return _closest_name(name, tuple(candidates))
+
+
+@lru_cache(maxsize=4096)  # difflib is slow and agents repeat their typos; bounded
+def _closest_name(name: str, candidates: tuple[str, ...]) -> str | None:
     matcher = SequenceMatcher(None, b=name.lower())
     close = []
     for candidate in candidates:
@@ -63,6 +69,7 @@ def suggest_correction(call: ToolCall, failures: dict[str, list[Any]],
         return None, []
     notes: list[str] = []
     name = call.name
+    candidate = call
     arguments = _copy(call.arguments if call.arguments is not None else {})
     if "non_existent_function" in failures:
         issue = failures["non_existent_function"][0]
@@ -71,10 +78,11 @@ def suggest_correction(call: ToolCall, failures: dict[str, list[Any]],
             return None, []
         notes.append(f'renamed function "{name}" to "{guess}", the only defined tool with a close name')
         name = guess
-        failures = evaluate(ToolCall(name=name, arguments=arguments, id=call.id))
+        candidate = ToolCall(name=name, arguments=arguments, id=call.id)
+        failures = evaluate(candidate)
     for _ in range(_MAX_ROUNDS):
         if not failures:
-            return ToolCall(name=name, arguments=arguments, id=call.id), notes
+            return candidate, notes
         if not failures.keys() <= _ARGUMENT_FIXES:
             return None, []
         changed = False
@@ -83,8 +91,9 @@ def suggest_correction(call: ToolCall, failures: dict[str, list[Any]],
                 changed = _fix(arguments, issue, notes) or changed
         if not changed:
             return None, []
-        failures = evaluate(ToolCall(name=name, arguments=arguments, id=call.id))
-    return (ToolCall(name=name, arguments=arguments, id=call.id), notes) if not failures else (None, [])
+        candidate = ToolCall(name=name, arguments=arguments, id=call.id)
+        failures = evaluate(candidate)
+    return (candidate, notes) if not failures else (None, [])
 
 
 def _copy(value: Any) -> Any:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from hashlib import blake2b
 from typing import Any
 from urllib.parse import unquote
 
@@ -56,7 +57,7 @@ _NOT_CHECKED = "Arguments not checked"
 # Cache sizes: enough for every tool set of a large benchmark, small enough to stay flat.
 _SCHEMA_CACHE_SIZE = 1024
 _PREPARED_CACHE_SIZE = 1024
-_RAW_TOOLS_CACHE_SIZE = 1024
+_RAW_TOOLS_CACHE_SIZE = 512
 
 _PASS = CheckResult(passed=True)
 _ALL_PASS: dict[str, CheckResult] = {name: _PASS for name in STATIC_CHECKS}
@@ -116,6 +117,8 @@ def _calls_of(raw: Any, argument: str) -> list[ToolCall]:
 
 def _checked_tool_call(call: ToolCall, argument: str) -> ToolCall:
     # Calls from formats are already checked; a hand-built ToolCall may hold anything.
+    if call.error is None and not call.name.strip():
+        return call.model_copy(update={"error": "the tool call has no function name"})
     if call.arguments is not None:
         require_json_like(call.arguments, argument)
         if call.error is None and has_non_finite(call.arguments):
@@ -127,7 +130,7 @@ def _checked_tool_call(call: ToolCall, argument: str) -> ToolCall:
 # Key order is kept (not sorted): rows from one producer repeat it, and sorting costs more
 # than the occasional miss, which normalize_tools' own content cache absorbs.
 _KEY_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
-_RAW_TOOLS: dict[bytes, tuple[Any, ToolInventory]] = {}
+_RAW_TOOLS: dict[int, tuple[Any, ToolInventory]] = {}
 
 
 def _inventory_of(tools: Any) -> ToolInventory:
@@ -142,14 +145,15 @@ def _inventory_of(tools: Any) -> ToolInventory:
     if type(tools) is not list:
         return normalize_tools(tools)
     try:
-        key = orjson.dumps(tools, option=_KEY_OPTIONS)
+        text = orjson.dumps(tools, option=_KEY_OPTIONS)
     except TypeError:  # big integers, surrogates, non-JSON objects: the exact path decides
         return normalize_tools(tools)
+    key = hash(text)  # a collision only costs a miss: the equality test guards every hit
     hit = _RAW_TOOLS.get(key)
     if hit is not None and hit[0] == tools:
         return hit[1]
     inventory = normalize_tools(tools)
-    _put(_RAW_TOOLS, key, (orjson.loads(key), inventory), _RAW_TOOLS_CACHE_SIZE)
+    _put(_RAW_TOOLS, key, (orjson.loads(text), inventory), _RAW_TOOLS_CACHE_SIZE)
     return inventory
 
 
@@ -183,22 +187,38 @@ class _Schema:
 _SCHEMAS: dict[bytes, _Schema] = {}
 
 
-def _compiled(schema: dict[str, Any]) -> _Schema:
+def _compiled(schema: dict[str, Any]) -> bytes | _Schema:
+    """The cache key of `schema`'s compiled entry (compiling it if needed), or the entry
+    itself when it does not compile (small, and not worth compiling again)."""
     if has_non_finite(schema):  # canonical bytes would write NaN as null: keep them apart
         return _Schema(schema=schema, validator=None,
                        problem="its parameters schema contains NaN or Infinity, which JSON cannot represent")
-    key = canonical_bytes(schema)
+    # A 128-bit digest of the canonical JSON: collision-free in practice, and small enough
+    # that prepared inventories can hold it (the canonical bytes themselves run to kilobytes).
+    key = blake2b(canonical_bytes(schema), digest_size=16).digest()
     entry = _SCHEMAS.get(key)
     if entry is None:
         entry = _compile(schema)
         _put(_SCHEMAS, key, entry, _SCHEMA_CACHE_SIZE)
+    return key if entry.validator is not None else entry
+
+
+def _schema_for(tool: ToolSpec, ref: bytes | _Schema) -> _Schema:
+    # Prepared inventories hold keys, not validators, so only the bounded cache keeps
+    # validators alive; one evicted since is compiled again.
+    if isinstance(ref, _Schema):
+        return ref
+    entry = _SCHEMAS.get(ref)
+    if entry is None:
+        entry = _compile(tool.parameters)
+        _put(_SCHEMAS, ref, entry, _SCHEMA_CACHE_SIZE)
     return entry
 
 
 def _compile(schema: dict[str, Any]) -> _Schema:
     try:
         validator = jsonschema_rs.validator_for(schema, validate_formats=True, offline=True)
-    except Exception as exc:  # any compile failure is a property of the user's schema
+    except (ValueError, jsonschema_rs.ReferencingError) as exc:  # ValidationError is a ValueError
         message, keyword = _compile_problem(schema, exc)
         return _Schema(schema=schema, validator=None, problem=message, problem_keyword=keyword)
     names, patterns, is_open = _top_level_names(schema)
@@ -206,7 +226,7 @@ def _compile(schema: dict[str, Any]) -> _Schema:
     if patterns and not is_open:
         try:
             name_patterns = jsonschema_rs.validator_for({"anyOf": [{"pattern": p} for p in patterns]})
-        except Exception:  # the main schema compiled, so its patterns do; be safe anyway
+        except ValueError:  # the main schema compiled, so its patterns do; be safe anyway
             is_open = True
     return _Schema(schema=schema, validator=validator, defined=frozenset(names), names=tuple(names),
                    open=is_open, name_patterns=name_patterns,
@@ -218,8 +238,9 @@ def _compile_problem(schema: dict[str, Any], exc: Exception) -> tuple[str, str |
     remote = [ref for ref in _refs(schema) if not ref.startswith("#")]
     if remote and ("retriev" in text.lower() or "base uri" in text.lower() or "registry" in text.lower()):
         shown = ", ".join(f'"{r}"' for r in remote[:3])
-        return (f"its schema uses a remote $ref ({shown}); remote refs are never fetched (checks run offline). "
-                "Inline the referenced schema under \"$defs\" and refer to it as \"#/$defs/<name>\"", "$ref")
+        message = (f"its schema uses a remote $ref ({shown}); remote refs are never fetched (checks run offline). "
+                   "Inline the referenced schema under \"$defs\" and refer to it as \"#/$defs/<name>\"")
+        return message, "$ref"
     where = getattr(exc, "instance_path", None)
     if where:
         location = "/" + "/".join(str(p) for p in where)
@@ -275,9 +296,8 @@ def _top_level_names(root: dict[str, Any]) -> tuple[list[str], list[str], bool]:
         for key in ("dependentSchemas", "dependencies"):
             if isinstance(node.get(key), dict):
                 stack.extend((sub, depth + 1) for sub in node[key].values())
-    # The walk is depth-first from the end; keep the schema's own order for messages.
-    ordered = list(names)
-    return ordered, patterns, is_open
+    # The root's own properties come first, in the schema's order (used in messages).
+    return list(names), patterns, is_open
 
 
 def _resolve_pointer(root: Any, ref: str) -> Any:
@@ -316,7 +336,7 @@ def _schema_at(root: Any, schema_path: list[Any]) -> Any:
 @dataclass(slots=True)
 class _Prepared:
     inventory: ToolInventory
-    tools: dict[str, tuple[ToolSpec, _Schema]]
+    tools: dict[str, tuple[ToolSpec, bytes | _Schema]]
     names: tuple[str, ...]
     problems: tuple[SpecProblem, ...]
     unnamed: tuple[SpecProblem, ...]
@@ -333,15 +353,15 @@ def _prepare(inventory: ToolInventory) -> _Prepared:
     hit = _PREPARED.get(id(inventory))
     if hit is not None and hit[0] is inventory:
         return hit[1]
-    tools: dict[str, tuple[ToolSpec, _Schema]] = {}
+    tools: dict[str, tuple[ToolSpec, bytes | _Schema]] = {}
     broken: list[tuple[str, str]] = []
     for tool in inventory.tools:
         if tool.name in tools:
             continue
-        entry = _compiled(tool.parameters)
-        tools[tool.name] = (tool, entry)
-        if entry.validator is None:
-            broken.append((tool.name, f"tool {tool.name!r} cannot be checked: {entry.problem}"))
+        ref = _compiled(tool.parameters)
+        tools[tool.name] = (tool, ref)
+        if isinstance(ref, _Schema):
+            broken.append((tool.name, f"tool {tool.name!r} cannot be checked: {ref.problem}"))
     prepared = _Prepared(
         inventory=inventory, tools=tools, names=tuple(tools), problems=inventory.problems,
         unnamed=tuple(p for p in inventory.problems if p.name is None), broken=tuple(broken))
@@ -477,10 +497,11 @@ def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str,
             "empty_api_spec", (), f"No tool specs were given, so the call cannot be checked. {_NOT_CHECKED}: "
             "pass the tool specs the agent was offered.", expected="at least one tool spec", actual=0)]
         return failures, ()
-    found = prepared.tools.get(name) if name else None
+    named = bool(name.strip())  # a blank name is already an invalid_tool_call
+    found = prepared.tools.get(name) if named else None
     excluded: str | None = name if found is not None else None
     skip_unnamed = False
-    if name and found is None:
+    if named and found is None:
         problem = next((p for p in prepared.problems if p.name == name), None)
         if problem is not None:
             excluded = name
@@ -504,7 +525,7 @@ def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str,
                 "non_existent_function", (), f"No tool named {name!r} is defined. {_NOT_CHECKED}. "
                 f"Defined tools: {listing or 'none'}.{hint}", expected=defined, actual=name,
                 options=(guess,) if guess else ())]
-    schema = found[1] if found is not None else None
+    schema = _schema_for(*found) if found is not None else None
     if schema is not None and schema.validator is None:
         failures["invalid_api_spec"] = [_Issue(
             "invalid_api_spec", (), f"The spec of tool {name!r} is unusable: {schema.problem}. "
@@ -516,7 +537,7 @@ def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str,
     arguments = call.arguments if call.arguments is not None else {}
     try:
         issues = _check_arguments(arguments, schema, name)
-    except ValueError as exc:  # text the validator cannot take (unpaired surrogates)
+    except _Unvalidatable as exc:
         failures["invalid_tool_call"] = [_Issue(
             "invalid_tool_call", (), f"The arguments cannot be validated: {exc}. {_NOT_CHECKED}: send valid "
             "Unicode text.", expected="valid Unicode text", actual=None)]
@@ -536,13 +557,20 @@ def _warnings(prepared: _Prepared, excluded: str | None, skip_unnamed: bool) -> 
     return tuple(out)
 
 
+class _Unvalidatable(Exception):
+    """The validator cannot take the arguments (text with unpaired surrogates)."""
+
+
 def _check_arguments(args: dict[str, Any], schema: _Schema, tool: str) -> list[_Issue]:
     unknown: list[str] = []
-    if not schema.open and not schema.defined.issuperset(args):
-        unknown = [k for k in args if k not in schema.defined]
-        if schema.name_patterns is not None:
-            unknown = [k for k in unknown if not schema.name_patterns.is_valid(k)]
-    valid = schema.validator.is_valid(args)
+    try:
+        if not schema.open and not schema.defined.issuperset(args):
+            unknown = [k for k in args if k not in schema.defined]
+            if schema.name_patterns is not None:
+                unknown = [k for k in unknown if not schema.name_patterns.is_valid(k)]
+        valid = schema.validator.is_valid(args)
+    except ValueError as exc:  # the only ValueError jsonschema-rs raises on data: text it cannot encode
+        raise _Unvalidatable(str(exc)) from None
     if valid and not unknown:
         return []
     issues: list[_Issue] = []
@@ -652,10 +680,7 @@ def _violation(error: Any, keyword: str, root: dict[str, Any]) -> _Issue:
         expected: Any = False
         detail = "no value is allowed here (the schema is false)"
     else:
-        try:
-            data = kind.as_dict()
-        except Exception:  # a kind without a plain-data form
-            data = {}
+        data = kind.as_dict()
         if len(data) == 1 and not {"context", "error"} & data.keys():
             expected = next(iter(data.values()))
         else:

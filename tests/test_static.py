@@ -7,7 +7,13 @@ import json
 import pytest
 
 from reflection import static
-from reflection.model import STATIC_CHECKS, StaticResult, ToolCall, ToolInventory, ToolSpec
+from reflection.model import (
+    STATIC_CHECKS,
+    StaticResult,
+    ToolCall,
+    ToolInventory,
+    ToolSpec,
+)
 from reflection.static import check_call, check_calls
 
 WEATHER = {
@@ -388,6 +394,10 @@ def test_empty_string_arguments_are_an_empty_object():
 def test_hand_built_tool_call_with_nan_is_invalid_tool_call():
     bad = ToolCall(name="get_weather", arguments={"city": "Paris", "days": float("nan")})
     assert "NaN" in only(check_call(bad, tools_with(WEATHER)), "invalid_tool_call").message
+
+
+def test_hand_built_tool_call_without_name_is_invalid_tool_call():
+    assert "no function name" in only(check_call(ToolCall(name=" "), tools_with(WEATHER)), "invalid_tool_call").message
 
 
 def test_unpaired_surrogate_in_argument_name_is_invalid_tool_call():

@@ -1,0 +1,509 @@
+"""Static-stage throughput end to end from raw JSON rows, against a naive jsonschema baseline.
+
+Each row is one bytes line `{"id", "tools", "call"}`: about 5 tools in one of several spec
+formats (OpenAI, bare function, Anthropic, MCP, BFCL type names, parameter lists), drawn
+from a fixed number of distinct tool sets, and one call (OpenAI, Anthropic or plain shape).
+About half the calls are invalid (wrong type, missing or unknown parameter, enum, range,
+format, misspelt function) and a share of rows are malformed (unparseable arguments,
+broken specs, no specs, truncated lines).
+
+Timed side by side in one run, over the same rows:
+- reflection: `orjson.loads(line)` then `check_call(row["call"], row["tools"])` (spec
+  normalisation, compiled-validator cache and result objects included);
+- baseline: `json.loads(line)`, pick the called tool's schema (BFCL names and parameter
+  lists converted), build a `jsonschema.Draft7Validator` for the call and list its errors.
+
+Then peak memory in a fresh process after N and after 4N streamed rows (generated lazily),
+for the same corpus and for a stream where every row brings never-seen schemas.
+
+    python benchmarks/bench_static.py [--rows 10000] [--tool-sets 40] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import resource
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+import orjson
+
+from reflection.static import _calls_of, _check, _inventory_of, _prepare, check_call
+
+# --- the tool pool ---------------------------------------------------------------------------
+
+_ADDRESS = {"type": "object", "properties": {
+    "street": {"type": "string", "minLength": 1}, "city": {"type": "string"},
+    "postcode": {"type": "string", "pattern": "^[0-9]{5}$"}}, "required": ["street", "city"]}
+
+POOL: list[dict[str, Any]] = [
+    {"name": "get_weather", "description": "Current weather for a city.", "parameters": {
+        "type": "object", "properties": {
+            "city": {"type": "string", "description": "City name"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 14}},
+        "required": ["city"]}},
+    {"name": "search_flights", "description": "Search flights between two airports.", "parameters": {
+        "type": "object", "properties": {
+            "origin": {"type": "string", "pattern": "^[A-Z]{3}$"},
+            "destination": {"type": "string", "pattern": "^[A-Z]{3}$"},
+            "date": {"type": "string", "format": "date"},
+            "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
+            "cabin": {"type": "string", "enum": ["economy", "premium", "business", "first"]},
+            "nonstop": {"type": "boolean"}},
+        "required": ["origin", "destination", "date"]}},
+    {"name": "create_order", "description": "Place an order for items.", "parameters": {
+        "type": "object", "properties": {
+            "customer_id": {"type": "string", "format": "uuid"},
+            "items": {"type": "array", "minItems": 1, "items": {"type": "object", "properties": {
+                "sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 1},
+                "gift": {"type": "boolean"}}, "required": ["sku", "qty"]}},
+            "shipping": {"$ref": "#/$defs/address"},
+            "note": {"anyOf": [{"type": "string", "maxLength": 200}, {"type": "null"}]}},
+        "required": ["customer_id", "items"], "$defs": {"address": _ADDRESS}}},
+    {"name": "send_email", "description": "Send an email.", "parameters": {
+        "type": "object", "properties": {
+            "to": {"type": "array", "items": {"type": "string", "format": "email"}, "minItems": 1},
+            "subject": {"type": "string", "maxLength": 120},
+            "body": {"type": "string"},
+            "priority": {"type": "string", "enum": ["low", "normal", "high"]}},
+        "required": ["to", "subject", "body"], "additionalProperties": False}},
+    {"name": "book_meeting", "description": "Book a meeting room.", "parameters": {
+        "type": "object", "properties": {
+            "start": {"type": "string", "format": "date-time"},
+            "duration_minutes": {"type": "integer", "minimum": 15, "maximum": 480},
+            "attendees": {"type": "array", "items": {"type": "string", "format": "email"}},
+            "room": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+        "required": ["start", "duration_minutes"]}},
+    {"name": "convert_currency", "description": "Convert an amount.", "parameters": {
+        "type": "object", "properties": {
+            "amount": {"type": "number", "exclusiveMinimum": 0},
+            "from": {"type": "string", "enum": ["USD", "EUR", "GBP", "JPY"]},
+            "to": {"type": "string", "enum": ["USD", "EUR", "GBP", "JPY"]}},
+        "required": ["amount", "from", "to"]}},
+    {"name": "lookup_ip", "description": "Geolocate an IP address.", "parameters": {
+        "type": "object", "properties": {"ip": {"type": "string", "format": "ipv4"},
+                                         "detailed": {"type": "boolean"}}, "required": ["ip"]}},
+    {"name": "update_profile", "description": "Update a user profile.", "parameters": {
+        "type": "object", "properties": {
+            "user_id": {"type": "integer", "minimum": 1},
+            "name": {"type": "string", "minLength": 1, "maxLength": 80},
+            "age": {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 150}, {"type": "null"}]},
+            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+            "address": {"$ref": "#/$defs/address"}},
+        "required": ["user_id"], "$defs": {"address": _ADDRESS}}},
+    {"name": "run_query", "description": "Run a read-only SQL query.", "parameters": {
+        "type": "object", "properties": {
+            "sql": {"type": "string", "minLength": 1},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
+            "timeout_s": {"type": "number", "minimum": 0.1}},
+        "required": ["sql"]}},
+    {"name": "translate", "description": "Translate text.", "parameters": {
+        "type": "object", "properties": {
+            "text": {"type": "string"},
+            "target": {"type": "string", "enum": ["en", "fr", "de", "es", "it", "ja"]},
+            "formal": {"type": "boolean"}},
+        "required": ["text", "target"]}},
+    {"name": "set_reminder", "description": "Set a reminder.", "parameters": {
+        "type": "object", "properties": {
+            "when": {"type": "string", "format": "date-time"},
+            "message": {"type": "string", "minLength": 1},
+            "repeat": {"type": "string", "enum": ["never", "daily", "weekly"]}},
+        "required": ["when", "message"]}},
+    {"name": "list_files", "description": "List files in a folder.", "parameters": {
+        "type": "object", "properties": {
+            "path": {"type": "string"}, "recursive": {"type": "boolean"},
+            "max_results": {"type": "integer", "minimum": 1}},
+        "required": ["path"]}},
+]
+
+_SAMPLES = {"date": ["2025-03-14", "2024-12-01"], "date-time": ["2025-03-14T09:30:00Z", "2024-12-01T18:00:00+01:00"],
+            "email": ["ana@example.com", "bo@example.org"], "uuid": ["6f1c2a9e-8d4b-4c3a-9e2f-1a2b3c4d5e6f"],
+            "ipv4": ["192.168.1.20", "8.8.8.8"]}
+_WORDS = ["alpha", "bravo", "Paris", "Lyon", "report", "hello world", "LHR", "q3 numbers"]
+
+
+def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        node: Any = root
+        for part in schema["$ref"][2:].split("/"):
+            node = node[part]
+        schema = node
+    return schema
+
+
+def _valid(schema: dict[str, Any], rng: random.Random, root: dict[str, Any]) -> Any:
+    schema = _resolve(schema, root)
+    if "anyOf" in schema:
+        return _valid(schema["anyOf"][0] if rng.random() < 0.7 else schema["anyOf"][-1], rng, root)
+    if "enum" in schema:
+        return rng.choice(schema["enum"])
+    kind = schema.get("type")
+    if kind == "object":
+        props = schema.get("properties", {})
+        required = set(schema.get("required", []))
+        return {k: _valid(v, rng, root) for k, v in props.items() if k in required or rng.random() < 0.5}
+    if kind == "array":
+        return [_valid(schema["items"], rng, root) for _ in range(rng.randint(1, 3))]
+    if kind == "integer":
+        return rng.randint(schema.get("minimum", 1), schema.get("maximum", 50))
+    if kind == "number":
+        return round(rng.uniform(1, 500), 2)
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "null":
+        return None
+    if "format" in schema:
+        return rng.choice(_SAMPLES[schema["format"]])
+    if "pattern" in schema:
+        return rng.choice(["LHR", "CDG", "JFK"]) if "A-Z" in schema["pattern"] else "75001"
+    return rng.choice(_WORDS)
+
+
+def _mutate(args: dict[str, Any], schema: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    props = schema.get("properties", {})
+    kind = rng.randrange(7)
+    args = dict(args)
+    if kind == 0 and schema.get("required"):
+        args.pop(rng.choice(schema["required"]), None)
+    elif kind == 1:
+        args["unexpected_" + rng.choice(_WORDS[:3])] = "x"
+    elif kind == 2 and args:
+        key = rng.choice(sorted(args))
+        value = args[key]
+        args[key] = str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 12345
+    elif kind == 3:
+        enums = [k for k, v in props.items() if "enum" in v]
+        if enums:
+            args[rng.choice(enums)] = "NOT_ALLOWED"
+    elif kind == 4:
+        bounded = [k for k, v in props.items() if "minimum" in v or "maximum" in v]
+        if bounded:
+            args[rng.choice(bounded)] = 100000
+    elif kind == 5:
+        formats = [k for k, v in props.items() if v.get("format")]
+        if formats:
+            args[rng.choice(formats)] = "not a valid value"
+    else:
+        deep = [k for k, v in args.items() if isinstance(v, list) and v and isinstance(v[0], dict)]
+        if deep:
+            key = rng.choice(deep)
+            args[key] = [dict(args[key][0], qty="two")] + args[key][1:]
+        elif args:
+            args[rng.choice(sorted(args))] = {"nested": [1, 2]}
+    return args
+
+
+_BFCL_TYPES = {"object": "dict", "number": "float", "array": "array", "string": "string",
+               "integer": "integer", "boolean": "boolean"}
+
+
+def _bfcl(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        out = {k: _bfcl(v) for k, v in schema.items()}
+        if isinstance(out.get("type"), str):
+            out["type"] = _BFCL_TYPES.get(out["type"], out["type"])
+        return out
+    if isinstance(schema, list):
+        return [_bfcl(v) for v in schema]
+    return schema
+
+
+def _render(tool: dict[str, Any], fmt: str) -> dict[str, Any]:
+    name, desc, params = tool["name"], tool["description"], tool["parameters"]
+    if fmt == "openai":
+        return {"type": "function", "function": {"name": name, "description": desc, "parameters": params}}
+    if fmt == "anthropic":
+        return {"name": name, "description": desc, "input_schema": params}
+    if fmt == "mcp":
+        return {"name": name, "description": desc, "inputSchema": params}
+    if fmt == "bfcl":
+        return {"name": name, "description": desc, "parameters": _bfcl(params)}
+    if fmt == "parameter_list" and "$defs" not in params:
+        required = set(params.get("required", []))
+        return {"name": name, "description": desc, "parameters": [
+            dict(sub, name=key, required=key in required) for key, sub in params["properties"].items()]}
+    return {"name": name, "description": desc, "parameters": params}
+
+
+_FORMATS = ["openai", "function", "anthropic", "mcp", "bfcl", "parameter_list"]
+
+
+def _tool_sets(count: int, fresh: bool, index: int) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The tool set a row uses: one of `count` fixed sets, or a never-seen one when `fresh`."""
+    rng = random.Random(("set", index if fresh else index % count).__repr__())
+    fmt = _FORMATS[(index if fresh else index % count) % len(_FORMATS)]
+    tools = rng.sample(POOL, 5)
+    if fresh:  # a new property name makes every schema new content
+        tools = [dict(t, parameters=dict(t["parameters"], properties=dict(
+            t["parameters"]["properties"], **{f"extra_{index}": {"type": "string"}}))) for t in tools]
+    return fmt, tools, [_render(t, fmt) for t in tools]
+
+
+def rows(n: int, tool_sets: int = 40, seed: int = 7, fresh: bool = False) -> Iterator[bytes]:
+    """Lazily generate `n` JSON lines: mixed valid, invalid and malformed calls."""
+    for i in range(n):
+        rng = random.Random(seed * 1_000_003 + i)
+        _, tools, rendered = _tool_sets(tool_sets, fresh, rng.randrange(1 << 30))
+        tool = rng.choice(tools)
+        schema = tool["parameters"]
+        args = _valid(schema, rng, schema)
+        name = tool["name"]
+        roll = rng.random()
+        if roll < 0.40:
+            args = _mutate(args, schema, rng)
+        elif roll < 0.45:
+            name = name[:-2] + name[-1]  # a typo
+        text = json.dumps(args)
+        if 0.45 <= roll < 0.50:
+            text = rng.choice([text[:-1], text + " junk", '{"amount": NaN}', "[1, 2]", ""])
+        shape = rng.randrange(3)
+        if shape == 0:
+            call: Any = {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": text}}
+        elif shape == 1 and 0.45 <= roll < 0.50:
+            call = {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": text}
+        elif shape == 1:
+            call = {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": args}
+        else:
+            call = {"name": name, "arguments": args}
+        specs: Any = rendered
+        if 0.50 <= roll < 0.52:
+            specs = []
+        elif 0.52 <= roll < 0.55:
+            specs = rendered + [{"description": "a spec without a name"}, {"name": "broken", "parameters": 7}]
+        elif 0.55 <= roll < 0.56:
+            call = "not a call"
+        line = orjson.dumps({"id": i, "tools": specs, "call": call})
+        if 0.56 <= roll < 0.57:
+            line = line[: len(line) // 2]  # a truncated line
+        yield line
+
+
+# --- the two checkers ------------------------------------------------------------------------
+
+
+def run_reflection(lines: list[bytes]) -> tuple[int, int]:
+    """Check every row with reflection; returns (valid calls, malformed lines)."""
+    valid = broken = 0
+    for line in lines:
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            broken += 1
+            continue
+        result = check_call(row["call"], row["tools"])
+        valid += result.valid
+    return valid, broken
+
+
+def _parse_only(lines: list[bytes]) -> tuple[int, int]:
+    broken = 0
+    for line in lines:
+        try:
+            orjson.loads(line)
+        except orjson.JSONDecodeError:
+            broken += 1
+    return 0, broken
+
+
+_TYPE_NAMES = {"dict": "object", "float": "number", "int": "integer", "str": "string", "bool": "boolean",
+               "list": "array", "tuple": "array"}
+
+
+def _baseline_types(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        out = {k: _baseline_types(v) for k, v in schema.items()}
+        if isinstance(out.get("type"), str):
+            out["type"] = _TYPE_NAMES.get(out["type"], out["type"])
+        return out
+    if isinstance(schema, list):
+        return [_baseline_types(v) for v in schema]
+    return schema
+
+
+def _baseline_schema(specs: list[Any], name: Any) -> Any:
+    """The called tool's schema, converted only as far as jsonschema needs (no caching)."""
+    for spec in specs:
+        body = spec["function"] if isinstance(spec.get("function"), dict) else spec
+        if body.get("name") != name:
+            continue
+        params = body.get("parameters", body.get("input_schema", body.get("inputSchema")))
+        if isinstance(params, list):
+            params = {"type": "object", "required": [p["name"] for p in params if p.get("required")],
+                      "properties": {p["name"]: {k: v for k, v in p.items() if k not in ("name", "required")}
+                                     for p in params}}
+        elif isinstance(params, dict) and params.get("type") == "dict":  # BFCL type names
+            params = _baseline_types(params)
+        return params
+    return None
+
+
+_FORMAT_CHECKER = jsonschema.Draft7Validator.FORMAT_CHECKER
+
+
+def _baseline_inputs(line: bytes) -> tuple[Any, Any] | None:
+    row = json.loads(line)
+    call = row["call"]
+    body = call["function"] if isinstance(call.get("function"), dict) else call
+    args = body.get("arguments", body.get("input", {}))
+    if isinstance(args, str):
+        args = json.loads(args) if args.strip() else {}
+    schema = _baseline_schema(row["tools"], body.get("name"))
+    if schema is None or not isinstance(args, dict):
+        return None
+    return schema, args
+
+
+def run_baseline(lines: list[bytes]) -> tuple[int, int]:
+    """The naive way: json, a fresh Draft7Validator per call, list all its errors."""
+    valid = broken = 0
+    for line in lines:
+        try:
+            inputs = _baseline_inputs(line)
+            if inputs is None:
+                continue
+            schema, args = inputs
+            errors = list(jsonschema.Draft7Validator(schema, format_checker=_FORMAT_CHECKER).iter_errors(args))
+            valid += not errors
+        except Exception:  # the naive checker has no answer for malformed rows
+            broken += 1
+    return valid, broken
+
+
+def _stages(lines: list[bytes], repeat: int) -> tuple[float, float, float]:
+    """Rates of reflection's normalisation and checking steps alone, and of the baseline's
+    checking step alone (a fresh Draft7Validator per call), on inputs parsed beforehand."""
+    parsed = []
+    for line in lines:
+        try:
+            parsed.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            continue
+
+    def normalise(rows: list[Any]) -> tuple[int, int]:
+        for row in rows:
+            _prepare(_inventory_of(row["tools"]))
+            _calls_of(row["call"], "call")
+        return 0, 0
+
+    checks = [(calls[0], _prepare(_inventory_of(row["tools"])))
+              for row in parsed if len(calls := _calls_of(row["call"], "call")) == 1]
+
+    def check(pairs: list[Any]) -> tuple[int, int]:
+        for call, prepared in pairs:
+            _check(call, prepared)
+        return 0, 0
+
+    base_inputs = []
+    for line in lines:
+        try:
+            inputs = _baseline_inputs(line)
+            if inputs is not None:
+                list(jsonschema.Draft7Validator(inputs[0], format_checker=_FORMAT_CHECKER).iter_errors(inputs[1]))
+                base_inputs.append(inputs)
+        except Exception:  # noqa: BLE001, S112 - rows the naive checker cannot take are left out here
+            continue
+
+    def base(pairs: list[Any]) -> tuple[int, int]:
+        for schema, args in pairs:
+            list(jsonschema.Draft7Validator(schema, format_checker=_FORMAT_CHECKER).iter_errors(args))
+        return 0, 0
+
+    return _rate(normalise, parsed, repeat)[0], _rate(check, checks, repeat)[0], _rate(base, base_inputs, repeat)[0]
+
+
+def _rate(fn: Any, lines: list[Any], repeat: int) -> tuple[float, tuple[int, int]]:
+    best = float("inf")
+    out: tuple[int, int] = (0, 0)
+    for _ in range(repeat):
+        gc.collect()
+        start = time.perf_counter()
+        out = fn(lines)
+        best = min(best, time.perf_counter() - start)
+    return len(lines) / best, out
+
+
+# --- memory ----------------------------------------------------------------------------------
+
+
+def _memory_child(n: int, tool_sets: int, fresh: bool) -> None:
+    """Stream 4n rows through check_call; print peak traced memory and RSS after n and 4n."""
+    tracemalloc.start()
+    report = []
+    done = 0
+    for target in (n, 4 * n):
+        for line in rows(target - done, tool_sets, seed=11 + done, fresh=fresh):
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            check_call(row["call"], row["tools"])
+        done = target
+        peak = tracemalloc.get_traced_memory()[1]
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        report.append({"rows": target, "traced_peak_mb": peak / 2**20, "max_rss_mb": rss / 1024})
+    print(json.dumps(report))
+
+
+def _memory(n: int, tool_sets: int, fresh: bool) -> list[dict[str, float]]:
+    args = [sys.executable, __file__, "--memory-child", str(n), "--tool-sets", str(tool_sets)]
+    if fresh:
+        args.append("--fresh")
+    out = subprocess.run(args, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=10_000, help="rows in the timed corpus (default 10000)")
+    parser.add_argument("--tool-sets", type=int, default=40, help="distinct tool sets in the corpus (default 40)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed passes per checker; the best counts")
+    parser.add_argument("--memory-rows", type=int, default=None, help="N for the memory run (default --rows)")
+    parser.add_argument("--fresh-rows", type=int, default=5000,
+                        help="N for the never-seen-schemas memory run (default 5000; the caches fill at ~4096)")
+    parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--fresh", action="store_true", help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.memory_child is not None:
+        _memory_child(options.memory_child, options.tool_sets, options.fresh)
+        return
+
+    lines = list(rows(options.rows, options.tool_sets))
+    size = sum(map(len, lines)) / len(lines)
+    print(f"corpus: {len(lines)} rows, {options.tool_sets} tool sets x 5 tools, {len(_FORMATS)} spec formats, "
+          f"mean row {size:.0f} bytes")
+    run_reflection(lines[:200])  # warm the caches once, as a long-running service would be
+    ours, (ours_valid, ours_broken) = _rate(run_reflection, lines, options.repeat)
+    base, (base_valid, base_broken) = _rate(run_baseline, lines, options.repeat)
+    print(f"reflection check_call:        {ours:>10,.0f} calls/s  ({ours_valid} valid, {ours_broken} unparseable lines)")
+    print(f"baseline jsonschema Draft7:   {base:>10,.0f} calls/s  ({base_valid} valid, {base_broken} rows it could not check)")
+    print(f"ratio: {ours / base:.1f}x (target >= 8x)")
+    floor = _rate(_parse_only, lines, options.repeat)[0]
+    print(f"ceiling: orjson.loads of the rows alone runs {floor:,.0f} rows/s, {floor / base:.1f}x the baseline; "
+          "no checker that parses the rows can beat that ratio here")
+    normalise_rate, check_rate, base_check_rate = _stages(lines, options.repeat)
+    print(f"reflection stages, timed apart (us per row): parse {1e6 / floor:.1f}, tools and call normalisation "
+          f"{1e6 / normalise_rate:.1f}, checks and corrections {1e6 / check_rate:.1f}; end to end {1e6 / ours:.1f}")
+    print(f"checking step alone: reflection {check_rate:,.0f} calls/s, jsonschema Draft7 {base_check_rate:,.0f} "
+          f"calls/s: {check_rate / base_check_rate:.1f}x")
+    if options.skip_memory:
+        return
+    for fresh, label in ((False, "same corpus"), (True, "never-seen schemas on every row")):
+        n = options.fresh_rows if fresh else (options.memory_rows or options.rows)
+        report = _memory(n, options.tool_sets, fresh)
+        cells = "; ".join(f"after {r['rows']:,} rows: traced peak {r['traced_peak_mb']:.1f} MB, "
+                          f"max RSS {r['max_rss_mb']:.0f} MB" for r in report)
+        print(f"memory, {label}: {cells}")
+
+
+if __name__ == "__main__":
+    main()
