@@ -1,0 +1,102 @@
+"""The judge cache on disk: SQLite through aiosqlite, implementing `reflection.judge.JudgeCache`.
+
+Keys come from `reflection.judge.request_key` (a hash of model, endpoint, prompt-template
+version, messages and reply schema); values are the judge's validated JSON replies. Only
+answers that passed validation are stored, so a failed request is asked again next time.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import anyio
+
+from reflection._json import dumps, parse_json
+
+__all__ = ["SQLiteJudgeCache"]
+
+_SCHEMA = "CREATE TABLE IF NOT EXISTS judge_replies (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
+
+
+class SQLiteJudgeCache:
+    """Judge replies in a SQLite file: one connection, WAL mode, each write committed at once.
+
+    WAL lets several processes (e.g. Ray actors on one node) share the file. Use it as an
+    async context manager, or call `aclose()`; it opens on first use. `hits`, `misses` and
+    `writes` count this connection's traffic.
+    """
+
+    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0):
+        self.path = Path(path)
+        self.busy_timeout = busy_timeout
+        self.hits = 0
+        self.misses = 0
+        self.writes = 0
+        self._db: aiosqlite.Connection | None = None
+        self._opening: anyio.Lock | None = None
+
+    async def __aenter__(self) -> SQLiteJudgeCache:
+        await self._connection()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _connection(self) -> aiosqlite.Connection:
+        if self._db is not None:
+            return self._db
+        if self._opening is None:
+            self._opening = anyio.Lock()
+        async with self._opening:
+            if self._db is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                # isolation_level=None: autocommit, so a crash loses nothing already put.
+                db = await aiosqlite.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+                try:
+                    await db.execute("PRAGMA journal_mode=WAL")
+                    await db.execute("PRAGMA synchronous=NORMAL")
+                    await db.execute(_SCHEMA)
+                except sqlite3.DatabaseError as exc:
+                    await db.close()
+                    raise sqlite3.DatabaseError(
+                        f"judge cache {self.path} is unusable ({exc}); delete it or choose another cache path"
+                    ) from exc
+                self._db = db
+        return self._db
+
+    async def get(self, key: str) -> Any | None:
+        """The stored reply for `key`, or None."""
+        db = await self._connection()
+        async with db.execute("SELECT value FROM judge_replies WHERE key = ?", (key,)) as cursor:
+            found = await cursor.fetchone()
+        if found is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return parse_json(found[0])
+
+    async def put(self, key: str, value: Any) -> None:
+        """Store a validated reply under `key` (replacing any older one)."""
+        db = await self._connection()
+        await db.execute(
+            "INSERT OR REPLACE INTO judge_replies (key, value, created) VALUES (?, ?, ?)",
+            (key, dumps(value), time.time()),
+        )
+        self.writes += 1
+
+    async def count(self) -> int:
+        """How many replies are stored."""
+        db = await self._connection()
+        async with db.execute("SELECT COUNT(*) FROM judge_replies") as cursor:
+            found = await cursor.fetchone()
+        return int(found[0]) if found else 0
+
+    async def aclose(self) -> None:
+        """Close the connection (idempotent)."""
+        if self._db is not None:
+            db, self._db = self._db, None
+            await db.close()
