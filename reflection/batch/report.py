@@ -1,0 +1,281 @@
+"""The batch report: one streaming pass over output rows, as a text table or JSON.
+
+It gives the mean of every flat key over the rows where the key is present (the
+unitxt-style reduce), counts of valid / invalid / unknown / error rows, the checks that
+fail most with example ids, the commonest error reasons, judge traffic and cost, and
+latency percentiles.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from rich.console import Console
+from rich.table import Table
+
+from reflection.batch._output import iter_output_rows
+
+__all__ = ["BatchReport", "ReportBuilder", "FailingCheck", "ErrorReason", "read_report", "render_report", "row_problems"]
+
+_EXAMPLES = 3
+_TOP = 10
+_USAGE_FIELDS = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FailingCheck(_Frozen):
+    """A check and how many rows fail it, with a few of their ids."""
+
+    check: str
+    """The flat key of the check: `static_<check>` or `semantic_<check>`."""
+    rows: int
+    example_ids: list[str]
+
+
+class ErrorReason(_Frozen):
+    """A reason rows could not be (fully) reflected, with how often it occurred."""
+
+    reason: str
+    rows: int
+    example_ids: list[str]
+
+
+class JudgeTotals(_Frozen):
+    """Judge traffic summed over the rows."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class Latency(_Frozen):
+    """Per-row wall time in milliseconds (rows that were reflected; error rows have none)."""
+
+    rows: int = 0
+    p50: float | None = None
+    p95: float | None = None
+    max: float | None = None
+
+
+class BatchReport(_Frozen):
+    """The summary of a batch output file (`reflection report OUTPUT --json` prints this)."""
+
+    rows: int
+    valid: int
+    invalid: int
+    unknown: int
+    error: int
+    judge_skipped: int
+    """Rows where the judge did not run (no judge configured, or the static stage failed)."""
+    means: dict[str, float]
+    """Mean of each flat key over the rows where it is present."""
+    present: dict[str, int]
+    """How many rows each flat key was present in."""
+    top_failing_checks: list[FailingCheck]
+    error_reasons: list[ErrorReason]
+    judge: JudgeTotals
+    latency_ms: Latency
+
+
+def _is_flat_key(key: str, value: Any) -> bool:
+    return (key.startswith(("static_", "semantic_")) and isinstance(value, (int, float))
+            and not isinstance(value, bool))
+
+
+_ROW_PREFIX = re.compile(r"^row .*?: ")
+_NUMBERS = re.compile(r"\d+")
+
+
+def _reason_key(message: str) -> str:
+    """Group messages that differ only in row ids or numbers."""
+    text = _NUMBERS.sub("N", _ROW_PREFIX.sub("", message.strip()))
+    return text if len(text) <= 160 else text[:159] + "…"
+
+
+def row_problems(row: Mapping[str, Any]) -> list[str]:
+    """Why a row is an error row or lacks a judge answer: its `error`, else the error of
+    each judge check that could not be answered (after retries). Empty for a clean row."""
+    if row.get("error"):
+        return [str(row["error"])]
+    reasons = []
+    for result in row.get("results") or ():
+        for name, check in (result.get("semantic") or {}).items():
+            if check.get("status") == "error":
+                reasons.append(f"{name}: {check.get('error') or 'judge error'}")
+    return reasons
+
+
+def _failed_checks(row: Mapping[str, Any]) -> list[str]:
+    failed = [key for key, value in row.items() if key.startswith("static_") and value == 0.0]
+    semantic = set()
+    for result in row.get("results") or ():
+        for name, check in (result.get("semantic") or {}).items():
+            if check.get("status") == "failed":
+                semantic.add(f"semantic_{name}")
+    return failed + sorted(semantic)
+
+
+class ReportBuilder:
+    """Accumulates rows one at a time; memory grows only with the number of latencies (8 bytes a row)."""
+
+    def __init__(self) -> None:
+        self.counts = Counter[str]()
+        self.sums: dict[str, float] = {}
+        self.present = Counter[str]()
+        self.failures = Counter[str]()
+        self.failure_examples: dict[str, list[str]] = {}
+        self.reasons = Counter[str]()
+        self.reason_examples: dict[str, list[str]] = {}
+        self.usage = dict.fromkeys(_USAGE_FIELDS, 0)
+        self.cost = 0.0
+        self.latencies = array("d")
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        """Count one output row."""
+        rid = str(row.get("id"))
+        self.counts["rows"] += 1
+        if "error" in row:
+            self.counts["error"] += 1
+        else:
+            self.counts[{True: "valid", False: "invalid"}.get(row.get("overall_valid"), "unknown")] += 1
+        if row.get("judge_skipped"):
+            self.counts["judge_skipped"] += 1
+        for key, value in row.items():
+            if _is_flat_key(key, value):
+                self.sums[key] = self.sums.get(key, 0.0) + value
+                self.present[key] += 1
+        if isinstance(row.get("overall_valid"), bool):
+            self.sums["overall_valid"] = self.sums.get("overall_valid", 0.0) + float(row["overall_valid"])
+            self.present["overall_valid"] += 1
+        for check in _failed_checks(row):
+            self.failures[check] += 1
+            examples = self.failure_examples.setdefault(check, [])
+            if len(examples) < _EXAMPLES:
+                examples.append(rid)
+        for reason in {_reason_key(r) for r in row_problems(row)}:
+            self.reasons[reason] += 1
+            examples = self.reason_examples.setdefault(reason, [])
+            if len(examples) < _EXAMPLES:
+                examples.append(rid)
+        usage = row.get("usage") or {}
+        for name in _USAGE_FIELDS:
+            self.usage[name] += int(usage.get(name) or 0)
+        self.cost += float(usage.get("cost_usd") or 0.0)
+        if isinstance(row.get("latency_ms"), (int, float)):
+            self.latencies.append(float(row["latency_ms"]))
+
+    def build(self) -> BatchReport:
+        """The report over every row added so far."""
+        ordered = sorted(self.sums, key=lambda k: (k != "overall_valid", not k.startswith("static_"), k))
+        latencies = sorted(self.latencies)
+        return BatchReport(
+            rows=self.counts["rows"],
+            valid=self.counts["valid"],
+            invalid=self.counts["invalid"],
+            unknown=self.counts["unknown"],
+            error=self.counts["error"],
+            judge_skipped=self.counts["judge_skipped"],
+            means={key: self.sums[key] / self.present[key] for key in ordered},
+            present={key: self.present[key] for key in ordered},
+            top_failing_checks=[
+                FailingCheck(check=check, rows=n, example_ids=self.failure_examples[check])
+                for check, n in self.failures.most_common(_TOP)
+            ],
+            error_reasons=[
+                ErrorReason(reason=reason, rows=n, example_ids=self.reason_examples[reason])
+                for reason, n in self.reasons.most_common(_TOP)
+            ],
+            judge=JudgeTotals(**self.usage, cost_usd=self.cost),
+            latency_ms=Latency(
+                rows=len(latencies),
+                p50=_percentile(latencies, 0.50),
+                p95=_percentile(latencies, 0.95),
+                max=latencies[-1] if latencies else None,
+            ),
+        )
+
+
+def _percentile(ordered: list[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not ordered:
+        return None
+    position = (len(ordered) - 1) * q
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def build_report(rows: Iterable[Mapping[str, Any]]) -> BatchReport:
+    """The report over `rows`."""
+    builder = ReportBuilder()
+    for row in rows:
+        builder.add(row)
+    return builder.build()
+
+
+def read_report(path: str | Path) -> BatchReport:
+    """The report over a batch output file, read as a stream."""
+    return build_report(iter_output_rows(path))
+
+
+def _fmt_ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f} ms"
+
+
+def render_report(report: BatchReport, console: Console | None = None) -> None:
+    """Print the report as text tables."""
+    console = console or Console()
+    n = report.rows
+
+    def share(k: int) -> str:
+        return f"{k:,} ({k / n:.1%})" if n else "0"
+
+    console.print(f"[bold]{n:,} rows[/bold]: {share(report.valid)} valid, {share(report.invalid)} invalid, "
+                  f"{share(report.unknown)} unknown, {share(report.error)} error"
+                  + (f"; judge skipped on {report.judge_skipped:,}" if report.judge_skipped else ""))
+
+    if report.means:
+        means = Table(title="Mean of each flat key (over rows where present)", title_justify="left")
+        means.add_column("key")
+        means.add_column("mean", justify="right")
+        means.add_column("rows", justify="right")
+        for key, mean in report.means.items():
+            means.add_row(key, f"{mean:.3f}", f"{report.present[key]:,}")
+        console.print(means)
+
+    if report.top_failing_checks:
+        failing = Table(title="Top failing checks", title_justify="left")
+        failing.add_column("check")
+        failing.add_column("rows", justify="right")
+        failing.add_column("example ids")
+        for item in report.top_failing_checks:
+            failing.add_row(item.check, f"{item.rows:,}", ", ".join(item.example_ids))
+        console.print(failing)
+
+    if report.error_reasons:
+        errors = Table(title="Errors (error rows and judge checks that failed after retries)", title_justify="left")
+        errors.add_column("reason")
+        errors.add_column("rows", justify="right")
+        errors.add_column("example ids")
+        for item in report.error_reasons:
+            errors.add_row(item.reason, f"{item.rows:,}", ", ".join(item.example_ids))
+        console.print(errors)
+
+    judge = report.judge
+    console.print(f"judge: {judge.requests:,} requests, {judge.prompt_tokens:,} prompt + "
+                  f"{judge.completion_tokens:,} completion tokens ({judge.cached_tokens:,} cached), "
+                  f"${judge.cost_usd:,.4f}")
+    latency = report.latency_ms
+    console.print(f"latency per row: p50 {_fmt_ms(latency.p50)}, p95 {_fmt_ms(latency.p95)}, "
+                  f"max {_fmt_ms(latency.max)} over {latency.rows:,} rows")

@@ -1,0 +1,314 @@
+"""Reflect a dataset: stream rows through one `Reflector` with a bounded window in flight.
+
+`reflect_dataset` is the async iterator; `run_batch` adds the output file (resume and
+crash safety), the judge cache and progress, and is what `reflection batch` calls.
+
+Rows come out in completion order, not input order; every row carries its `id`.
+Ids are unique in the output: a row whose id an earlier input row already used becomes
+an error row with the id suffixed `#2`, `#3`, ... (first free), so resume stays exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Container, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reflection._cache import SQLiteJudgeCache
+from reflection.batch._output import OutputFile
+from reflection.batch.inputs import SourceRow, count_rows, detect_format, read_source
+from reflection.batch.progress import BatchProgress, NoProgress
+from reflection.config import ReflectionConfig
+from reflection.judge import Judge, JudgeCache
+from reflection.pipeline import Reflector
+from reflection.rows import InputRow, RowError, error_row, read_row, result_row, row_id
+
+__all__ = ["DEFAULT_CACHE_NAME", "BatchStats", "default_cache_path", "reflect_dataset", "run_batch"]
+
+DEFAULT_CACHE_NAME = ".reflection-cache.sqlite"
+"""The judge cache's file name; by default it sits next to the output file."""
+
+_DEFAULT_CONCURRENCY = 16
+_WINDOW_FACTOR = 2  # rows in flight per unit of concurrency: keeps the judge limiter fed
+
+
+def default_cache_path(output: str | Path) -> Path:
+    """The default judge cache for an output file: `.reflection-cache.sqlite` in its directory,
+    shared by the batches written there."""
+    return Path(output).resolve().parent / DEFAULT_CACHE_NAME
+
+
+@dataclass
+class BatchStats:
+    """What one run did (the report describes the whole output file)."""
+
+    written: int = 0
+    skipped: int = 0
+    """Input rows whose id was already in the output (resume)."""
+    duplicates: int = 0
+    """Input rows whose id an earlier input row already used (written as error rows)."""
+    truncated_bytes: int = 0
+    """A partial last line cut off the output on open (the previous run was killed)."""
+    seconds: float = 0.0
+    judge_requests: int = 0
+    cache_hits: int = 0
+    judge: bool = False
+    """Whether a judge was configured."""
+
+
+# --- rows in ---------------------------------------------------------------------------------
+
+
+def _source_rows(source: Any, fmt: str | None) -> Iterator[SourceRow]:
+    if isinstance(source, (str, Path)):
+        yield from read_source(source, fmt)
+        return
+    for position, item in enumerate(source, start=1):
+        yield item if isinstance(item, SourceRow) else SourceRow(position, item)
+
+
+class _Ids:
+    """Turns source rows into rows to reflect or error rows, dropping resumed ids.
+
+    Duplicate ids are resolved in input order, so a rerun names them the same way.
+    """
+
+    def __init__(self, skip_ids: Container[str], stats: BatchStats):
+        self.skip_ids = skip_ids
+        self.stats = stats
+        self.seen: set[str] = set()
+
+    def prepare(self, source: SourceRow) -> InputRow | dict[str, Any] | None:
+        """An `InputRow` to reflect, an error row to write, or None (already in the output)."""
+        rid = row_id(source.raw, source.position)
+        duplicate_of = None
+        if rid in self.seen:
+            k = 2
+            while f"{rid}#{k}" in self.seen:
+                k += 1
+            duplicate_of, rid = rid, f"{rid}#{k}"
+        self.seen.add(rid)
+        if rid in self.skip_ids:
+            self.stats.skipped += 1
+            return None
+        if duplicate_of is not None:
+            self.stats.duplicates += 1
+            return error_row(rid, f"duplicate id {duplicate_of!r}: an earlier input row has it, so this row "
+                                  f"(input position {source.position}) was not reflected; give every row a unique id")
+        if source.error is not None:
+            return error_row(rid, source.error)
+        try:
+            return read_row(source.raw, source.position)
+        except RowError as exc:
+            return error_row(rid, str(exc))
+
+
+def _prepare(rows: Iterable[SourceRow], skip_ids: Container[str], stats: BatchStats) -> Iterator[InputRow | dict[str, Any]]:
+    ids = _Ids(skip_ids, stats)
+    for source in rows:
+        item = ids.prepare(source)
+        if item is not None:
+            yield item
+
+
+async def _aprepare(source: AsyncIterable[Any], skip_ids: Container[str], stats: BatchStats) -> AsyncIterator[InputRow | dict[str, Any]]:
+    ids = _Ids(skip_ids, stats)
+    position = 0
+    async for raw in source:
+        position += 1
+        item = ids.prepare(raw if isinstance(raw, SourceRow) else SourceRow(position, raw))
+        if item is not None:
+            yield item
+
+
+async def _reflect_row(reflector: Reflector, row: InputRow) -> dict[str, Any]:
+    started = time.perf_counter()
+    try:
+        result = await reflector.reflect(row.call, row.tools, row.history)
+    except RowError as exc:
+        return error_row(row.id, str(exc))
+    except (TypeError, ValueError) as exc:
+        # Data the normalisers refuse outright; one bad row must not stop a million-row run.
+        return error_row(row.id, f"row {row.id}: cannot be reflected: {type(exc).__name__}: {exc}")
+    return result_row(row.id, result, latency_ms=(time.perf_counter() - started) * 1000)
+
+
+async def _reflect_rows(
+    items: Iterator[InputRow | dict[str, Any]] | AsyncIterator[InputRow | dict[str, Any]],
+    reflector: Reflector,
+    window: int,
+) -> AsyncIterator[dict[str, Any]]:
+    """Reflect rows with at most `window` in flight, yielding output rows as they finish.
+
+    Plain asyncio tasks feed a queue; the generator never yields inside a task group or
+    cancel scope, so it is safe to abandon early (pending rows are cancelled on close).
+    """
+    finished: asyncio.Queue[dict[str, Any] | BaseException] = asyncio.Queue()
+    tasks: set[asyncio.Task[None]] = set()
+    in_flight = 0
+
+    async def run(row: InputRow) -> None:
+        try:
+            out: dict[str, Any] | BaseException = await _reflect_row(reflector, row)
+        except Exception as exc:  # noqa: BLE001 - re-raised in the consumer below
+            out = exc
+        finished.put_nowait(out)
+
+    def take(out: dict[str, Any] | BaseException) -> dict[str, Any]:
+        nonlocal in_flight
+        in_flight -= 1
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    async def next_item() -> InputRow | dict[str, Any] | None:
+        if isinstance(items, AsyncIterator):
+            return await anext(items, None)
+        return next(items, None)
+
+    try:
+        while (item := await next_item()) is not None:
+            if isinstance(item, dict):
+                yield item
+                continue
+            while in_flight >= window:
+                yield take(await finished.get())
+            task = asyncio.create_task(run(item))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            in_flight += 1
+            while not finished.empty():
+                yield take(finished.get_nowait())
+        while in_flight:
+            yield take(await finished.get())
+    finally:
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _batch_judge(config: ReflectionConfig, concurrency: int, cache: JudgeCache | None) -> Judge | None:
+    if config.judge is None:
+        return None
+    # The batch's concurrency is the judge's: its limiter and connection pool are sized to it.
+    return Judge(config.judge.model_copy(update={"max_concurrency": concurrency}), cache=cache)
+
+
+@contextlib.asynccontextmanager
+async def _reflector_for(
+    config: ReflectionConfig | None, reflector: Reflector | None, concurrency: int, cache: JudgeCache | str | Path | None
+) -> AsyncIterator[Reflector]:
+    if reflector is not None:
+        yield reflector
+        return
+    config = config or ReflectionConfig()
+    async with contextlib.AsyncExitStack() as stack:
+        if isinstance(cache, (str, Path)):
+            cache = await stack.enter_async_context(SQLiteJudgeCache(cache))
+        judge = _batch_judge(config, concurrency, cache)
+        if judge is not None:
+            await stack.enter_async_context(judge)
+        yield Reflector(config, judge=judge)
+
+
+def _concurrency(config: ReflectionConfig | None, reflector: Reflector | None, concurrency: int | None) -> int:
+    if concurrency is not None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        return concurrency
+    judge_config = (reflector.config if reflector else config or ReflectionConfig()).judge
+    return judge_config.max_concurrency if judge_config else _DEFAULT_CONCURRENCY
+
+
+async def reflect_dataset(
+    source: str | Path | Iterable[Any] | AsyncIterable[Any],
+    *,
+    config: ReflectionConfig | None = None,
+    reflector: Reflector | None = None,
+    concurrency: int | None = None,
+    cache: JudgeCache | str | Path | None = None,
+    skip_ids: Container[str] = frozenset(),
+    format: str | None = None,
+) -> AsyncIterator[dict[str, Any]]:
+    """Reflect every row of a dataset, yielding one output row per input row as it finishes.
+
+    `source` is a file path (`.jsonl`, `.json` array, `.csv` with JSON columns, `.parquet`;
+    `format` overrides the extension), or an iterable / async iterable of row mappings
+    `{"id", "tools", "history", "call" | "tool_calls"}`. Output rows follow
+    `reflection.rows` (result rows and error rows), in completion order.
+
+    With `config` (default: `ReflectionConfig()`, which reads `REFLECTION_*`), a judge is
+    built whose limiter and connection pool allow `concurrency` requests at once (default:
+    the judge's `max_concurrency`); `cache` is a `JudgeCache` or a SQLite file path. Pass a
+    `reflector` instead to reuse one (its judge's own limiter then applies). Rows whose id
+    is in `skip_ids` are not reflected or yielded. Up to 2 x `concurrency` rows are in
+    memory at once, whatever the dataset size.
+
+        async for row in reflect_dataset("calls.jsonl", config=cfg, concurrency=64):
+            print(row["id"], row["overall_valid"])
+    """
+    stats = BatchStats()
+    limit = _concurrency(config, reflector, concurrency)
+    async with _reflector_for(config, reflector, limit, cache) as active:
+        if isinstance(source, AsyncIterable):
+            items: Any = _aprepare(source, skip_ids, stats)
+        else:
+            items = _prepare(_source_rows(source, format), skip_ids, stats)
+        async for row in _reflect_rows(items, active, limit * _WINDOW_FACTOR):
+            yield row
+
+
+async def run_batch(
+    input: str | Path,
+    output: str | Path,
+    *,
+    config: ReflectionConfig | None = None,
+    concurrency: int | None = None,
+    cache: bool = True,
+    cache_path: str | Path | None = None,
+    progress: BatchProgress | None = None,
+    format: str | None = None,
+) -> BatchStats:
+    """Reflect `input` into the JSON Lines file `output`, resuming where a previous run stopped.
+
+    Rows already in `output` (by id) are skipped; a partial last line left by a killed run is
+    cut off first. Judge replies are cached in SQLite at `cache_path` (default: see
+    `default_cache_path`) unless `cache` is False; with no judge configured there is no cache.
+    """
+    input, output = Path(input), Path(output)
+    fmt = format or detect_format(input)
+    if not input.is_file():
+        raise FileNotFoundError(f"input file not found: {input}")
+    if output.resolve() == input.resolve():
+        raise ValueError("the output file must not be the input file")
+    config = config or ReflectionConfig()
+    limit = _concurrency(config, None, concurrency)
+    progress = progress or NoProgress()
+    stats = BatchStats(judge=config.judge is not None)
+    started = time.monotonic()
+    with OutputFile(output) as out:
+        stats.truncated_bytes = out.truncated_bytes
+        done = out.existing_ids
+        total = count_rows(input, fmt)
+        progress.start(None if total is None else max(0, total - len(done)), len(done))
+        judge_cache = SQLiteJudgeCache(cache_path or default_cache_path(output)) if cache and config.judge else None
+        try:
+            async with _reflector_for(config, None, limit, judge_cache) as reflector:
+                items = _prepare(read_source(input, fmt), done, stats)
+                async for row in _reflect_rows(items, reflector, limit * _WINDOW_FACTOR):
+                    out.write(row)
+                    stats.written += 1
+                    stats.judge_requests += int((row.get("usage") or {}).get("requests") or 0)
+                    progress.row(row)
+        finally:
+            progress.finish()
+            if judge_cache is not None:
+                stats.cache_hits = judge_cache.hits
+                await judge_cache.aclose()
+    stats.seconds = time.monotonic() - started
+    return stats
