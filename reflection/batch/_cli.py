@@ -1,0 +1,116 @@
+"""The `reflection batch` and `reflection report` commands: options in, library calls out.
+
+`reflection.cli` registers them (`app.command("batch")(batch)`); `python -m
+reflection.batch._cli` runs them on their own.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import anyio
+import typer
+from rich.console import Console
+
+from reflection.batch._output import OutputCorrupt
+from reflection.batch.progress import make_progress
+from reflection.batch.report import read_report, render_report
+from reflection.batch.runner import BatchStats, default_cache_path, run_batch
+
+__all__ = ["batch", "report"]
+
+_USER_ERRORS = (ValueError, FileNotFoundError, OutputCorrupt, sqlite3.DatabaseError, ImportError, OSError)
+
+
+def _console(*, stderr: bool = False) -> Console:
+    """A terminal's own width; 120 columns for tables written to a file or pipe. Messages on
+    stderr never wrap (soft wrap), so log lines stay whole."""
+    options = {"stderr": True, "soft_wrap": True, "highlight": False} if stderr else {}
+    console = Console(**options)
+    return console if console.is_terminal else Console(width=120, **options)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def batch(
+    input: Path = typer.Argument(..., help="Dataset: .jsonl, .json (array), .csv (JSON columns) or .parquet."),
+    output: Path = typer.Option(..., "-o", "--output", help="Result rows (JSON Lines); rerun to resume."),
+    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help="YAML config (see config.example.yaml)."),
+    base_url: str | None = typer.Option(None, "--base-url", help="Judge endpoint (OpenAI-compatible); overrides the config."),
+    model: str | None = typer.Option(None, "--model", help="Judge model name; overrides the config."),
+    mode: str | None = typer.Option(None, "--mode", help="combined (one judge request per call) or per_check."),
+    concurrency: int = typer.Option(16, "--concurrency", min=1, help="Judge requests at once (rows in flight: twice this)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the judge cache."),
+    cache_path: Path | None = typer.Option(None, "--cache-path", dir_okay=False,
+                                           help="Judge cache (SQLite). Default: .reflection-cache.sqlite next to OUTPUT."),
+    static_only: bool = typer.Option(False, "--static-only", help="Run only the static checks and grounding."),
+    json_report: bool = typer.Option(False, "--json-report", help="Print the final report as JSON."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr."),
+) -> None:
+    """Reflect every row of INPUT into OUTPUT, one result row per input row (any order), then print the report."""
+    from reflection.cli import load_config  # the shared flag/env/file merge; imported late (cli imports us)
+
+    try:
+        cfg = load_config(config, static_only=static_only, base_url=base_url, model=model, mode=mode)
+    except ValueError as exc:
+        raise _fail(f"invalid configuration: {exc}") from None
+    err = _console(stderr=True)
+    if cfg.judge is None:
+        reason = "--static-only" if static_only else "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
+        err.print(f"judge skipped: {reason}; running static checks and grounding only", markup=False)
+    cache_file = None if no_cache or cfg.judge is None else (cache_path or default_cache_path(output))
+    try:
+        stats: BatchStats = anyio.run(lambda: run_batch(
+            input, output, config=cfg, concurrency=concurrency, cache=cache_file is not None,
+            cache_path=cache_file, progress=make_progress(err, enabled=progress),
+        ))
+    except KeyboardInterrupt:
+        err.print(f"interrupted: the rows written so far are in {output}; rerun the same command to resume", markup=False)
+        raise typer.Exit(130) from None
+    except _USER_ERRORS as exc:
+        raise _fail(str(exc)) from None
+    notes = [f"wrote {stats.written:,} rows to {output} in {stats.seconds:,.1f} s"]
+    if stats.skipped:
+        notes.append(f"{stats.skipped:,} already there (skipped)")
+    if stats.duplicates:
+        notes.append(f"{stats.duplicates:,} duplicate ids (error rows)")
+    if stats.truncated_bytes:
+        notes.append(f"cut a partial last line ({stats.truncated_bytes:,} bytes) left by an interrupted run")
+    if cfg.judge is not None:
+        notes.append(f"{stats.judge_requests:,} judge requests"
+                     + (f", {stats.cache_hits:,} cache hits ({cache_file})" if cache_file else ", cache off"))
+    err.print("; ".join(notes), markup=False)
+    _print_report(output, json_report)
+
+
+def report(
+    output: Path = typer.Argument(..., help="A batch output file (JSON Lines)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Summarise a batch output file: verdict counts, mean of each flat key, top failing checks, judge cost, latency."""
+    if not output.is_file():
+        raise _fail(f"output file not found: {output}")
+    try:
+        _print_report(output, json_out)
+    except OutputCorrupt as exc:
+        raise _fail(str(exc)) from None
+
+
+def _print_report(output: Path, as_json: bool) -> None:
+    summary = read_report(output)
+    if as_json:
+        typer.echo(summary.model_dump_json(indent=2))
+    else:
+        render_report(summary, _console())
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch reflection.")
+app.command("batch")(batch)
+app.command("report")(report)
+
+if __name__ == "__main__":  # pragma: no cover
+    app()
