@@ -128,3 +128,11 @@ async def test_closing_the_iterator_early_cancels_rows_in_flight():
 async def test_concurrency_below_one_is_refused():
     with pytest.raises(ValueError, match="concurrency must be at least 1"):
         await collect(reflect_dataset([], config=ReflectionConfig(), concurrency=0))
+
+
+async def test_the_fake_judge_kit_intercepts_the_batch_judge_client(fake_judge):
+    fake_judge.script("general_hallucination_check", score=1, explanation="invented")
+    config = ReflectionConfig(judge=fake_judge.config)
+    out = await collect(reflect_dataset(synthetic_rows(6, ("valid",)), config=config, concurrency=4))
+    assert [r["overall_valid"] for r in out] == [False] * 6
+    assert len(fake_judge.requests) == 6

@@ -29,8 +29,11 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
+
 from reflection._cache import SQLiteJudgeCache
 from reflection._json import dumps, parse_json
+from reflection.batch._http import batch_http_client
 from reflection.batch.inputs import SourceRow, _decode_columns
 from reflection.batch.runner import BatchStats, _batch_judge, _Ids, _reflect_rows
 from reflection.config import ReflectionConfig
@@ -119,6 +122,7 @@ class ReflectBatches:
         self.cache_path = cache_path
         self._reflector: Reflector | None = None
         self._cache: SQLiteJudgeCache | None = None
+        self._http: httpx.AsyncClient | None = None
         # One event loop per actor, on a thread, so the judge's connections stay warm across batches.
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="reflection-actor-loop", daemon=True)
@@ -128,7 +132,9 @@ class ReflectBatches:
         if self._reflector is None:
             if self.cache_path and self.config.judge is not None:
                 self._cache = SQLiteJudgeCache(self.cache_path)
-            judge = _batch_judge(self.config, self.concurrency, self._cache)
+            if self.config.judge is not None:
+                self._http = batch_http_client(self.concurrency, self.config.judge.timeout)
+            judge = _batch_judge(self.config, self.concurrency, self._cache, self._http)
             self._reflector = Reflector(self.config, judge=judge)
         return self._reflector
 
@@ -150,8 +156,8 @@ class ReflectBatches:
         }
 
     async def _aclose(self) -> None:
-        if self._reflector is not None and self._reflector.judge is not None:
-            await self._reflector.judge.aclose()
+        if self._http is not None:
+            await self._http.aclose()
         if self._cache is not None:
             await self._cache.aclose()
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from reflection._cache import SQLiteJudgeCache
+from reflection.batch._http import batch_http_client
 from reflection.batch._output import OutputFile
 from reflection.batch.inputs import SourceRow, count_rows, detect_format, read_source
 from reflection.batch.progress import BatchProgress, NoProgress
@@ -192,16 +193,22 @@ async def _reflect_rows(
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _batch_judge(config: ReflectionConfig, concurrency: int, cache: JudgeCache | None) -> Judge | None:
+def _batch_judge(
+    config: ReflectionConfig, concurrency: int, cache: JudgeCache | None, http_client: Any = None
+) -> Judge | None:
     if config.judge is None:
         return None
     # The batch's concurrency is the judge's: its limiter and connection pool are sized to it.
-    return Judge(config.judge.model_copy(update={"max_concurrency": concurrency}), cache=cache)
+    return Judge(config.judge.model_copy(update={"max_concurrency": concurrency}), cache=cache, http_client=http_client)
 
 
 @contextlib.asynccontextmanager
 async def _reflector_for(
-    config: ReflectionConfig | None, reflector: Reflector | None, concurrency: int, cache: JudgeCache | str | Path | None
+    config: ReflectionConfig | None,
+    reflector: Reflector | None,
+    concurrency: int,
+    cache: JudgeCache | str | Path | None,
+    http_client: Any = None,
 ) -> AsyncIterator[Reflector]:
     if reflector is not None:
         yield reflector
@@ -210,7 +217,9 @@ async def _reflector_for(
     async with contextlib.AsyncExitStack() as stack:
         if isinstance(cache, (str, Path)):
             cache = await stack.enter_async_context(SQLiteJudgeCache(cache))
-        judge = _batch_judge(config, concurrency, cache)
+        if http_client is None and config.judge is not None:
+            http_client = await stack.enter_async_context(batch_http_client(concurrency, config.judge.timeout))
+        judge = _batch_judge(config, concurrency, cache, http_client)
         if judge is not None:
             await stack.enter_async_context(judge)
         yield Reflector(config, judge=judge)
@@ -234,6 +243,7 @@ async def reflect_dataset(
     cache: JudgeCache | str | Path | None = None,
     skip_ids: Container[str] = frozenset(),
     format: str | None = None,
+    http_client: Any = None,
 ) -> AsyncIterator[dict[str, Any]]:
     """Reflect every row of a dataset, yielding one output row per input row as it finishes.
 
@@ -244,7 +254,8 @@ async def reflect_dataset(
 
     With `config` (default: `ReflectionConfig()`, which reads `REFLECTION_*`), a judge is
     built whose limiter and connection pool allow `concurrency` requests at once (default:
-    the judge's `max_concurrency`); `cache` is a `JudgeCache` or a SQLite file path. Pass a
+    the judge's `max_concurrency`); `cache` is a `JudgeCache` or a SQLite file path, and
+    `http_client` an HTTP client for the judge that you own and close (as for `Judge`). Pass a
     `reflector` instead to reuse one (its judge's own limiter then applies). Rows whose id
     is in `skip_ids` are not reflected or yielded. Up to 2 x `concurrency` rows are in
     memory at once, whatever the dataset size.
@@ -254,7 +265,7 @@ async def reflect_dataset(
     """
     stats = BatchStats()
     limit = _concurrency(config, reflector, concurrency)
-    async with _reflector_for(config, reflector, limit, cache) as active:
+    async with _reflector_for(config, reflector, limit, cache, http_client) as active:
         if isinstance(source, AsyncIterable):
             items: Any = _aprepare(source, skip_ids, stats)
         else:
@@ -273,12 +284,14 @@ async def run_batch(
     cache_path: str | Path | None = None,
     progress: BatchProgress | None = None,
     format: str | None = None,
+    http_client: Any = None,
 ) -> BatchStats:
     """Reflect `input` into the JSON Lines file `output`, resuming where a previous run stopped.
 
     Rows already in `output` (by id) are skipped; a partial last line left by a killed run is
     cut off first. Judge replies are cached in SQLite at `cache_path` (default: see
     `default_cache_path`) unless `cache` is False; with no judge configured there is no cache.
+    `http_client`: as for `reflect_dataset`.
     """
     input, output = Path(input), Path(output)
     fmt = format or detect_format(input)
@@ -298,7 +311,7 @@ async def run_batch(
         progress.start(None if total is None else max(0, total - len(done)), len(done))
         judge_cache = SQLiteJudgeCache(cache_path or default_cache_path(output)) if cache and config.judge else None
         try:
-            async with _reflector_for(config, None, limit, judge_cache) as reflector:
+            async with _reflector_for(config, None, limit, judge_cache, http_client) as reflector:
                 items = _prepare(read_source(input, fmt), done, stats)
                 async for row in _reflect_rows(items, reflector, limit * _WINDOW_FACTOR):
                     out.write(row)
