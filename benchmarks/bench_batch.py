@@ -1,0 +1,129 @@
+"""Batch throughput against the stand-in judge (issue target: within 1.15x the ideal time).
+
+Starts `python -m reflection.testing.server --latency L` as a separate process, so the
+judge's CPU is not the client's, writes ROWS synthetic rows that each need exactly one judge
+request (combined mode; half valid, half with an ungrounded value), and runs `run_batch`
+with CONCURRENCY. Ideal time = rows x requests per row x latency / concurrency.
+
+Side by side in one run (the cache is off except where said):
+  batch         what `reflection batch` does: the judge's connections spread over small
+                httpx pools (reflection/batch/_http.py)
+  one pool      the judge's connections in one httpx pool, as `Judge` builds by itself;
+                httpcore 1.0's pool costs CPU quadratic in its size
+  httpx2 pool   one `httpx2.AsyncClient` pool (the HTTP stack the OpenAI SDK is built on;
+                its pool was made linear), when httpx2 is installed
+  cold cache    the batch run again with a fresh SQLite judge cache (fills it)
+  warm cache    a rerun of the finished batch into a new output: zero judge requests
+
+For each: wall time, ratio to the ideal, and client CPU per row. When client CPU x rows is
+above the ideal time the run is CPU-bound: no scheduling can reach the ideal on one core.
+
+    python benchmarks/bench_batch.py [--rows 5000] [--concurrency 64] [--latency 0.05]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+
+from reflection.batch import read_report, run_batch
+from reflection.batch._synthetic import synthetic_rows, write_jsonl
+from reflection.config import ReflectionConfig
+from reflection.judge import JudgeConfig
+
+
+def start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "reflection.testing.server", "--latency", str(latency), "--idle-timeout", "600"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    assert server.stdout is not None
+    return server, server.stdout.readline().strip()
+
+
+async def timed_run(source: Path, output: Path, config: ReflectionConfig, concurrency: int, *,
+                    cache: bool, cache_path: Path | None = None, http_client: object = None) -> tuple[float, float, int]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    stats = await run_batch(source, output, config=config, concurrency=concurrency, cache=cache,
+                            cache_path=cache_path, http_client=http_client)
+    return time.perf_counter() - wall, time.process_time() - cpu, stats.judge_requests
+
+
+def httpx2_client(concurrency: int, timeout: float) -> object | None:
+    try:
+        import httpx2
+    except ImportError:
+        return None
+    return httpx2.AsyncClient(timeout=httpx2.Timeout(timeout),
+                              limits=httpx2.Limits(max_connections=concurrency, max_keepalive_connections=concurrency))
+
+
+async def main(rows: int, concurrency: int, latency: float) -> None:
+    server, base_url = start_server(latency)
+    try:
+        config = ReflectionConfig(judge=JudgeConfig(base_url=base_url, model="stand-in"))
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            source = write_jsonl(work / "in.jsonl", synthetic_rows(rows, ("valid", "ungrounded")))
+            warmup = write_jsonl(work / "warmup.jsonl", synthetic_rows(2 * concurrency, ("valid",)))
+            await run_batch(warmup, work / "warmup.out.jsonl", config=config, concurrency=concurrency, cache=False)
+
+            ideal = rows * 1 * latency / concurrency
+            print(f"batch throughput: {rows:,} rows x 1 request/row, judge latency {latency * 1000:.0f} ms, "
+                  f"concurrency {concurrency}; ideal {ideal:.2f} s")
+            print(f"{'run':<12} {'requests':>9} {'wall s':>8} {'x ideal':>8} {'client CPU ms/row':>18} {'CPU-bound floor s':>18}")
+
+            def line(name: str, wall: float, cpu: float, requests: int) -> None:
+                print(f"{name:<12} {requests:>9,} {wall:>8.2f} {wall / ideal:>8.2f} {cpu / rows * 1000:>18.3f} {cpu:>18.2f}")
+
+            out = work / "batch.jsonl"
+            wall, cpu, requests = await timed_run(source, out, config, concurrency, cache=False)
+            report = read_report(out)
+            assert report.rows == rows and requests == rows, (report.rows, requests)
+            line("batch", wall, cpu, requests)
+
+            async with httpx.AsyncClient(timeout=httpx.Timeout(config.judge.timeout), limits=httpx.Limits(
+                    max_connections=concurrency, max_keepalive_connections=concurrency)) as one_pool:
+                wall, cpu, requests = await timed_run(source, work / "one-pool.jsonl", config, concurrency,
+                                                      cache=False, http_client=one_pool)
+            line("one pool", wall, cpu, requests)
+
+            client = httpx2_client(concurrency, config.judge.timeout)
+            if client is not None:
+                try:
+                    wall, cpu, requests = await timed_run(source, work / "httpx2.jsonl", config, concurrency,
+                                                          cache=False, http_client=client)
+                finally:
+                    await client.aclose()  # type: ignore[attr-defined]
+                line("httpx2 pool", wall, cpu, requests)
+            else:
+                print("httpx2 pool  (skipped: httpx2 is not installed)")
+
+            cache_file = work / "cache.sqlite"
+            wall, cpu, requests = await timed_run(source, work / "cold.jsonl", config, concurrency, cache=True,
+                                                  cache_path=cache_file)
+            line("cold cache", wall, cpu, requests)
+            wall, cpu, requests = await timed_run(source, work / "warm.jsonl", config, concurrency, cache=True,
+                                                  cache_path=cache_file)
+            assert requests == 0, requests
+            line("warm cache", wall, cpu, requests)
+            print(f"latency per row (batch run): p50 {report.latency_ms.p50:.1f} ms, p95 {report.latency_ms.p95:.1f} ms")
+    finally:
+        server.terminate()
+        server.wait()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=5000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--latency", type=float, default=0.05)
+    args = parser.parse_args()
+    anyio.run(main, args.rows, args.concurrency, args.latency)
