@@ -1,5 +1,6 @@
 """reflection: check an LLM agent's tool calls before they execute."""
 
+from reflection.batch import reflect_dataset
 from reflection.config import ReflectionConfig
 from reflection.formats import normalize_call, normalize_calls, normalize_history, normalize_tools
 from reflection.model import (
@@ -68,6 +69,7 @@ __all__ = [
     "normalize_history",
     "normalize_tools",
     "reflect",
+    "reflect_dataset",
     "reflect_sync",
     "response_correctness",
     "rouge_l",

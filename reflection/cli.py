@@ -9,10 +9,10 @@ from typing import Any
 import anyio
 import typer
 
-from reflection._json import dumps, parse_json
+from reflection._json import dumps
+from reflection.batch import reflect_dataset
+from reflection.batch._cli import batch, report
 from reflection.config import ReflectionConfig
-from reflection.pipeline import Reflector
-from reflection.rows import RowError, error_row, read_row, result_row, row_id
 from reflection.scoring._cli import score
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -71,38 +71,14 @@ def check(
 
 async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: int) -> dict[str, int]:
     counts = {"rows": 0, "valid": 0, "invalid": 0, "unknown": 0, "error": 0}
-    slots = anyio.Semaphore(concurrency)  # backpressure: at most `concurrency` rows in memory
-
-    def emit(row: dict[str, Any]) -> None:
+    async for row in reflect_dataset(path, config=cfg, concurrency=concurrency, format="jsonl"):
         counts["rows"] += 1
         key = "error" if "error" in row else {True: "valid", False: "invalid", None: "unknown"}[row["overall_valid"]]
         counts[key] += 1
         out.write(dumps(row) + "\n")
-
-    async def run(reflector: Reflector, line_number: int, raw: Any) -> None:
-        try:
-            row = read_row(raw, line_number)
-            started = anyio.current_time()
-            result = await reflector.reflect(row.call, row.tools, row.history)
-            emit(result_row(row.id, result, latency_ms=(anyio.current_time() - started) * 1000))
-        except RowError as exc:
-            emit(error_row(row_id(raw, line_number), str(exc)))
-        finally:
-            slots.release()
-
-    async with Reflector(cfg) as reflector, anyio.create_task_group() as tg:
-        with path.open("rb") as lines:
-            for line_number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    raw = parse_json(line)
-                except ValueError as exc:
-                    emit(error_row(f"line-{line_number}", f"line {line_number} is not valid JSON: {exc}"))
-                    continue
-                await slots.acquire()
-                tg.start_soon(run, reflector, line_number, raw)
     return counts
 
 
 app.command("score", help="Score predicted tool calls against references (JSON Lines joined by id).")(score)
+app.command("batch", help="Reflect a dataset with resume, judge cache, progress and a report.")(batch)
+app.command("report", help="Summarise a batch output file (text table or --json).")(report)
