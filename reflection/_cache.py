@@ -23,21 +23,26 @@ _SCHEMA = "CREATE TABLE IF NOT EXISTS judge_replies (key TEXT PRIMARY KEY, value
 
 
 class SQLiteJudgeCache:
-    """Judge replies in a SQLite file: one connection, WAL mode, each write committed at once.
+    """Judge replies in a SQLite file: one connection, WAL mode.
 
-    WAL lets several processes (e.g. Ray actors on one node) share the file. Use it as an
-    async context manager, or call `aclose()`; it opens on first use. `hits`, `misses` and
-    `writes` count this connection's traffic.
+    Writes are buffered and committed `write_batch` at a time (and on close): each trip to
+    aiosqlite's thread costs the event loop real CPU, and a crash only loses replies that
+    will be asked again. Reads see buffered writes. WAL lets several processes (e.g. Ray
+    actors on one node) share the file. Use it as an async context manager, or call
+    `aclose()`; it opens on first use. `hits`, `misses` and `writes` count this object's traffic.
     """
 
-    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0):
+    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0, write_batch: int = 64):
         self.path = Path(path)
         self.busy_timeout = busy_timeout
+        self.write_batch = max(1, write_batch)
         self.hits = 0
         self.misses = 0
         self.writes = 0
         self._db: aiosqlite.Connection | None = None
         self._opening: anyio.Lock | None = None
+        self._flushing: anyio.Lock | None = None
+        self._pending: dict[str, str] = {}
 
     async def __aenter__(self) -> SQLiteJudgeCache:
         await self._connection()
@@ -54,7 +59,7 @@ class SQLiteJudgeCache:
         async with self._opening:
             if self._db is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                # isolation_level=None: autocommit, so a crash loses nothing already put.
+                # isolation_level=None: no implicit transactions; flush() opens its own.
                 db = await aiosqlite.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
                 try:
                     await db.execute("PRAGMA journal_mode=WAL")
@@ -70,6 +75,9 @@ class SQLiteJudgeCache:
 
     async def get(self, key: str) -> Any | None:
         """The stored reply for `key`, or None."""
+        if key in self._pending:
+            self.hits += 1
+            return parse_json(self._pending[key])
         db = await self._connection()
         async with db.execute("SELECT value FROM judge_replies WHERE key = ?", (key,)) as cursor:
             found = await cursor.fetchone()
@@ -81,22 +89,47 @@ class SQLiteJudgeCache:
 
     async def put(self, key: str, value: Any) -> None:
         """Store a validated reply under `key` (replacing any older one)."""
-        db = await self._connection()
-        await db.execute(
-            "INSERT OR REPLACE INTO judge_replies (key, value, created) VALUES (?, ?, ?)",
-            (key, dumps(value), time.time()),
-        )
+        self._pending[key] = dumps(value)
         self.writes += 1
+        if len(self._pending) >= self.write_batch:
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Commit the buffered writes in one transaction."""
+        if not self._pending:
+            return
+        db = await self._connection()
+        if self._flushing is None:
+            self._flushing = anyio.Lock()
+        async with self._flushing:
+            batch, self._pending = self._pending, {}
+            if not batch:
+                return
+            now = time.time()
+            await db.execute("BEGIN")
+            try:
+                await db.executemany("INSERT OR REPLACE INTO judge_replies (key, value, created) VALUES (?, ?, ?)",
+                                     [(key, value, now) for key, value in batch.items()])
+            except BaseException:
+                await db.execute("ROLLBACK")
+                raise
+            await db.execute("COMMIT")
 
     async def count(self) -> int:
         """How many replies are stored."""
+        await self.flush()
         db = await self._connection()
         async with db.execute("SELECT COUNT(*) FROM judge_replies") as cursor:
             found = await cursor.fetchone()
         return int(found[0]) if found else 0
 
     async def aclose(self) -> None:
-        """Close the connection (idempotent)."""
-        if self._db is not None:
-            db, self._db = self._db, None
-            await db.close()
+        """Commit buffered writes and close the connection (idempotent)."""
+        if self._db is None and not self._pending:
+            return
+        try:
+            await self.flush()
+        finally:
+            if self._db is not None:
+                db, self._db = self._db, None
+                await db.close()

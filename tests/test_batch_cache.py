@@ -85,3 +85,13 @@ async def test_a_configured_cache_path_is_used(tmp_path, server):
     await run_batch(source, tmp_path / "a.jsonl", config=judge_config(server), cache_path=cache_file)
     async with SQLiteJudgeCache(cache_file) as cache:
         assert await cache.count() == 2
+
+
+async def test_buffered_writes_are_readable_before_and_after_they_are_committed(tmp_path):
+    path = tmp_path / "cache.sqlite"
+    async with SQLiteJudgeCache(path, write_batch=3) as cache:
+        for i in range(4):
+            await cache.put(f"k{i}", i)
+        assert [await cache.get(f"k{i}") for i in range(4)] == [0, 1, 2, 3]
+        assert sqlite3.connect(path).execute("SELECT COUNT(*) FROM judge_replies").fetchone()[0] == 3
+    assert sqlite3.connect(path).execute("SELECT COUNT(*) FROM judge_replies").fetchone()[0] == 4
