@@ -55,6 +55,18 @@ def test_each_actor_gets_its_share_of_the_concurrency():
     assert ReflectBatches(ReflectionConfig(), judge_concurrency=64, num_actors=3).concurrency == 22
 
 
+def test_a_batch_of_all_null_verdicts_keeps_the_boolean_column_type():
+    actor = ReflectBatches(ReflectionConfig())
+    try:
+        out = actor({"text": ["not json", "[1]"]})
+    finally:
+        actor.close()
+    assert str(out.schema.field("overall_valid").type) == "bool"
+    assert out.column("overall_valid").to_pylist() == [None, None]
+    first, second = out.column("error").to_pylist()
+    assert first.startswith("not valid JSON: ") and second == "expected a JSON object row, got list"
+
+
 def test_a_batch_of_columns_with_json_text_is_reflected_in_process():
     rows = [synthetic_row(i) for i in range(3)]
     actor = ReflectBatches(ReflectionConfig(), judge_concurrency=4)
@@ -63,5 +75,7 @@ def test_a_batch_of_columns_with_json_text_is_reflected_in_process():
                      "tools": [json.dumps(r["tools"]) for r in rows], "history": [json.dumps(r["history"]) for r in rows]})
     finally:
         actor.close()
+    assert tuple(out.schema.names) == OUTPUT_COLUMNS
+    out = out.to_pydict()
     assert sorted(out["id"]) == sorted(r["id"] for r in rows)
     assert dict(zip(out["id"], out["overall_valid"])) == {"valid-0": True, "ungrounded-1": True, "static_invalid-2": False}

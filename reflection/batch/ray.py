@@ -43,6 +43,13 @@ __all__ = ["OUTPUT_COLUMNS", "ReflectBatches", "reflect_with_ray"]
 
 OUTPUT_COLUMNS = ("id", "overall_valid", "error", "row")
 
+
+def OUTPUT_SCHEMA() -> Any:  # noqa: N802 - a constant, built late so importing this module needs no pyarrow
+    """The Arrow schema of the output batches."""
+    import pyarrow as pa
+
+    return pa.schema([("id", pa.string()), ("overall_valid", pa.bool_()), ("error", pa.string()), ("row", pa.string())])
+
 _WINDOW_FACTOR = 2
 
 
@@ -144,16 +151,19 @@ class ReflectBatches:
         items = (item for item in map(ids.prepare, sources) if item is not None)
         return [row async for row in _reflect_rows(iter(items), reflector, self.concurrency * _WINDOW_FACTOR)]
 
-    def __call__(self, batch: Any) -> dict[str, list[Any]]:
-        """Reflect one batch; returns the columns `id`, `overall_valid`, `error`, `row`."""
+    def __call__(self, batch: Any) -> Any:
+        """Reflect one batch; returns a pyarrow Table with the columns `id`, `overall_valid`,
+        `error`, `row` and a fixed schema (a batch of all-null verdicts must not make a null column)."""
+        import pyarrow as pa
+
         sources = [_source_row(record, i) for i, record in enumerate(_records(batch), start=1)]
         rows = asyncio.run_coroutine_threadsafe(self._reflect(sources), self._loop).result()
-        return {
+        return pa.table({
             "id": [row["id"] for row in rows],
             "overall_valid": [row.get("overall_valid") for row in rows],
             "error": [row.get("error") for row in rows],
             "row": [dumps(row) for row in rows],
-        }
+        }, schema=OUTPUT_SCHEMA())
 
     async def _aclose(self) -> None:
         if self._http is not None:
