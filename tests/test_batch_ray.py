@@ -78,4 +78,4 @@ def test_a_batch_of_columns_with_json_text_is_reflected_in_process():
     assert tuple(out.schema.names) == OUTPUT_COLUMNS
     out = out.to_pydict()
     assert sorted(out["id"]) == sorted(r["id"] for r in rows)
-    assert dict(zip(out["id"], out["overall_valid"])) == {"valid-0": True, "ungrounded-1": True, "static_invalid-2": False}
+    assert dict(zip(out["id"], out["overall_valid"], strict=True)) == {"valid-0": True, "ungrounded-1": True, "static_invalid-2": False}

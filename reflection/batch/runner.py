@@ -116,7 +116,9 @@ def _prepare(rows: Iterable[SourceRow], skip_ids: Container[str], stats: BatchSt
             yield item
 
 
-async def _aprepare(source: AsyncIterable[Any], skip_ids: Container[str], stats: BatchStats) -> AsyncIterator[InputRow | dict[str, Any]]:
+async def _aprepare(
+    source: AsyncIterable[Any], skip_ids: Container[str], stats: BatchStats
+) -> AsyncIterator[InputRow | dict[str, Any]]:
     ids = _Ids(skip_ids, stats)
     position = 0
     async for raw in source:
