@@ -24,7 +24,7 @@ from difflib import SequenceMatcher
 from functools import lru_cache
 from typing import Any
 
-from reflection._json import dumps
+from reflection._json import dumps, json_type
 from reflection.model import ToolCall
 
 NAME_CUTOFF = 0.8
@@ -132,7 +132,7 @@ def _fix(arguments: dict[str, Any], issue: Any, notes: list[str]) -> bool:
                 if target == "array":
                     notes.append(f"{issue.path}: wrapped {_show(old)} in an array")
                 else:
-                    notes.append(f"{issue.path}: changed {_show(old)} ({_kind(old)}) to {_show(new)} ({target})")
+                    notes.append(f"{issue.path}: changed {_show(old)} ({json_type(old)}) to {_show(new)} ({target})")
                 return True
         return False
     if issue.check == "allowed_values_violation":
@@ -195,18 +195,6 @@ def _unique(values: list[Any]) -> list[Any]:
         if not any(type(value) is type(seen) and value == seen for seen in out):
             out.append(value)
     return out
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "null" if value is None else type(value).__name__
 
 
 def _show(value: Any, limit: int = 60) -> str:

@@ -91,3 +91,23 @@ def has_non_finite(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(has_non_finite(v) for v in value)
     return False
+
+
+def json_type(value: Any) -> str:
+    """The JSON Schema type name of a Python JSON value (`integer` for ints, `number` for floats)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+

@@ -36,7 +36,13 @@ import jsonschema_rs
 import orjson
 
 from reflection._corrections import closest_name, suggest_correction
-from reflection._json import canonical_bytes, dumps, has_non_finite, require_json_like
+from reflection._json import (
+    canonical_bytes,
+    dumps,
+    has_non_finite,
+    json_type,
+    require_json_like,
+)
 from reflection.formats import normalize_calls, normalize_tools
 from reflection.model import (
     STATIC_CHECKS,
@@ -421,31 +427,13 @@ def _path(segments: tuple[str | int, ...] | list[str | int]) -> str:
     return "".join(out)
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
-def _matches_type(value: Any, json_type: str) -> bool:
-    actual = _json_type(value)
-    if actual == json_type:
+def _matches_type(value: Any, expected: str) -> bool:
+    actual = json_type(value)
+    if actual == expected:
         return True
-    if json_type == "number":
+    if expected == "number":
         return actual == "integer"
-    return json_type == "integer" and isinstance(value, float) and value.is_integer()
+    return expected == "integer" and isinstance(value, float) and value.is_integer()
 
 
 def _show(value: Any, limit: int = 80) -> str:
@@ -694,9 +682,9 @@ def _violation(error: Any, keyword: str, root: dict[str, Any]) -> _Issue:
 def _type_issue(at: tuple[str | int, ...], value: Any, types: tuple[str, ...], keyword: str) -> _Issue:
     wanted = _either(list(types))
     return _Issue(
-        "incorrect_parameter_type", at, f"{_path(at)}: expected {wanted}, got {_json_type(value)} {_show(value)}. "
+        "incorrect_parameter_type", at, f"{_path(at)}: expected {wanted}, got {json_type(value)} {_show(value)}. "
         f"Send a value of type {wanted}.", expected=types[0] if len(types) == 1 else list(types),
-        actual=_json_type(value), keyword=keyword, at=at, value=value, types=types)
+        actual=json_type(value), keyword=keyword, at=at, value=value, types=types)
 
 
 def _classify_union(error: Any, issues: list[_Issue], root: dict[str, Any], keyword: str) -> None:
@@ -732,7 +720,7 @@ def _branch_types(errors: list[Any], at: tuple[Any, ...], value: Any) -> tuple[s
             return ()
         if name in ("enum", "const"):
             options = kind.options if name == "enum" else [kind.expected_value]
-            types = tuple(dict.fromkeys(_json_type(o) for o in options))
+            types = tuple(dict.fromkeys(json_type(o) for o in options))
             if not any(_matches_type(value, t) for t in types):
                 return types
         if isinstance(kind, _UNION_FAILURES):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from reflection._json import dumps
+from reflection._json import dumps, json_type
 
 _NUMBER = (int, float)
 
@@ -101,23 +101,6 @@ def argument_differences(expected: dict[str, Any], actual: dict[str, Any], path:
 def _short(value: Any, limit: int = 60) -> str:
     text = dumps(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def json_type(value: Any) -> str:
-    """The JSON Schema type name of a value (`integer` for whole numbers written as ints)."""
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if value is None:
-        return "null"
-    if isinstance(value, dict):
-        return "object"
-    return "array"
 
 
 def matches_type(value: Any, declared: Any) -> bool:

@@ -23,11 +23,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from reflection._json import json_type
 from reflection.formats import normalize_tools
 from reflection.model import ToolCall, ToolInventory, ToolSpec
 from reflection.scoring._values import (
     json_equal,
-    json_type,
     matches_type,
     with_defaults,
 )
