@@ -6,6 +6,7 @@ Foreign shapes (OpenAI, Anthropic, MCP, BFCL, ...) are turned into these by `ref
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
@@ -220,6 +221,12 @@ class JudgeUsage(_Frozen):
     cached_tokens: int = 0
     cost_usd: float = 0.0
     prompt_chars: int = 0
+
+    @classmethod
+    def total(cls, usages: Iterable[JudgeUsage]) -> JudgeUsage:
+        """The field-by-field sum of `usages`."""
+        items = list(usages)
+        return cls(**{name: sum(getattr(u, name) for u in items) for name in cls.model_fields})
 
 
 class ReflectionResult(_Frozen):

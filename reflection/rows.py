@@ -73,10 +73,7 @@ def result_row(rid: str, results: ReflectionResult | list[ReflectionResult], *, 
     for result in items:
         for key, value in result.flat().items():
             flat[key] = min(value, flat.get(key, value))
-    usage = JudgeUsage(**{
-        field: sum(getattr(r.usage, field) for r in items)
-        for field in ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd", "prompt_chars")
-    })
+    usage = JudgeUsage.total(r.usage for r in items)
     skipped = sorted({r.judge_skipped for r in items if r.judge_skipped})
     row: dict[str, Any] = {"id": rid, "overall_valid": _combine([r.overall_valid for r in items])}
     row.update({k: v for k, v in flat.items() if k != "overall_valid"})

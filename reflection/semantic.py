@@ -280,12 +280,4 @@ async def run_semantic(
         async with anyio.create_task_group() as tg:
             for group in groups:
                 tg.start_soon(ask, group)
-    return {name: replies[name] for name in checks}, _sum_usage(usages)
-
-
-def _sum_usage(usages: list[JudgeUsage]) -> JudgeUsage:
-    fields = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "prompt_chars")
-    totals: dict[str, Any] = {f: sum(getattr(u, f) for u in usages) for f in fields}
-    totals["cost_usd"] = sum(u.cost_usd for u in usages)
-    return JudgeUsage(**totals)
-
+    return {name: replies[name] for name in checks}, JudgeUsage.total(usages)
