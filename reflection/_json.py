@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Container
 from typing import Any
 
+import msgspec
 import orjson
 
 # orjson reads integers beyond 64 bits as floats; such text goes to the exact stdlib parser.
@@ -19,11 +21,19 @@ def _reject_constant(name: str) -> Any:
 _SCALARS = (str, int, bool, type(None))
 
 
+_DECODE = msgspec.json.Decoder().decode
+
+
 def parse_json(text: str | bytes) -> Any:
-    """Parse RFC 8259 JSON. NaN, Infinity and trailing data are errors (orjson is strict).
+    """Parse RFC 8259 JSON. NaN, Infinity and trailing data are errors, and integers of
+    any size stay exact.
 
     Raises ValueError with the parser's message.
     """
+    try:
+        return _DECODE(text)  # strict, and exact for big integers: the fast path
+    except Exception:  # noqa: BLE001 - not returned: orjson below re-reads it to name the error and where
+        pass
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -32,6 +42,28 @@ def parse_json(text: str | bytes) -> Any:
     if _LONG_DIGITS.search(raw):
         return json.loads(raw, parse_constant=_reject_constant)
     return value
+
+
+_MEMBERS = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def parse_json_keeping(text: bytes, keep: Container[str]) -> Any:
+    """`parse_json(text)`, except that the members of a top-level object named in `keep`
+    stay unparsed, as their JSON text (bytes).
+
+    A dataset line repeats the same tool list row after row; left as bytes it is a cheap
+    cache key (see `formats.normalize_tools`) instead of a kilobyte parsed every time.
+    Anything msgspec does not split as an object goes to `parse_json`, so the result and
+    the error messages are exactly `parse_json`'s.
+    """
+    try:
+        members = _MEMBERS.decode(text)
+    except msgspec.DecodeError:  # not JSON, or not an object (msgspec.ValidationError)
+        return parse_json(text)
+    try:
+        return {key: bytes(raw) if key in keep else parse_json(bytes(raw)) for key, raw in members.items()}
+    except ValueError:  # a member orjson rejects: report it where it is in the whole text
+        return parse_json(text)
 
 
 def canonical_bytes(value: Any) -> bytes:
@@ -48,6 +80,30 @@ def dumps(value: Any) -> str:
         return orjson.dumps(value).decode()
     except TypeError:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _is_json_like(value: Any) -> bool:
+    # The common case (everything is JSON-like) level by level, without a path per node.
+    level = [value]
+    for _ in range(_MAX_DEPTH):
+        below: list[Any] = []
+        for item in level:
+            kind = type(item)
+            if kind is str or kind is int or kind is float or kind is bool or item is None:
+                continue
+            if kind is dict and all(type(key) is str for key in item):
+                below.extend(item.values())
+            elif kind is list or kind is tuple:
+                below.extend(item)
+            elif non_json_location(item) is not None:  # subclasses and the rest: the exact check
+                return False
+        if not below:
+            return True
+        level = below
+    return non_json_location(value) is None  # deeper than JSON goes (or a cycle): the exact check
+
+
+_MAX_DEPTH = 1000
 
 
 def non_json_location(value: Any, path: str = "$") -> str | None:
@@ -77,9 +133,10 @@ def non_json_location(value: Any, path: str = "$") -> str | None:
 
 def require_json_like(value: Any, argument: str) -> None:
     """Raise TypeError naming `argument` when `value` is not JSON-like (API misuse)."""
+    if _is_json_like(value):
+        return
     where = non_json_location(value)
-    if where is not None:
-        raise TypeError(f"{argument}: expected a JSON-like value, found a non-JSON object at {where}")
+    raise TypeError(f"{argument}: expected a JSON-like value, found a non-JSON object at {where}")
 
 
 def has_non_finite(value: Any) -> bool:

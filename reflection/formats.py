@@ -51,7 +51,7 @@ def normalize_tools(raw: Any) -> ToolInventory:
     bare functions `{name, description, parameters}`, Anthropic `input_schema`, MCP
     `inputSchema`, BFCL type names (`dict`, `float`, `tuple`, `any`) and the parameter-list
     form `{"name", "parameters": [{"name", "type", "required"}]}`. Also `ToolSpec` objects
-    and an existing `ToolInventory`. A JSON string is parsed first.
+    and an existing `ToolInventory`. JSON text (a string or UTF-8 bytes) is parsed first.
     """
     if isinstance(raw, ToolInventory):
         return raw
@@ -59,24 +59,41 @@ def normalize_tools(raw: Any) -> ToolInventory:
         return ToolInventory(tools=(raw,))
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(t, ToolSpec) for t in raw):
         return ToolInventory(tools=tuple(raw))
+    if isinstance(raw, (str, bytes)):
+        # JSON text is its own cache key: a log line's tool list is normalised once, not
+        # parsed again on every row that repeats it.
+        inventory = _TEXT_INVENTORIES.get(raw)
+        if inventory is None:
+            try:
+                inventory = _normalize_json(parse_json(raw))
+            except ValueError as exc:
+                inventory = ToolInventory(problems=(SpecProblem(
+                    index=0, name=None, message=f"tool specs are not valid JSON: {exc}"),))
+            _bounded_put(_TEXT_INVENTORIES, raw, inventory)
+        return inventory
     require_json_like(raw, "tools")
-    if isinstance(raw, str):
-        try:
-            raw = parse_json(raw)
-        except ValueError as exc:
-            return ToolInventory(problems=(SpecProblem(index=0, name=None, message=f"tool specs are not valid JSON: {exc}"),))
-    # Normalisation is pure, so identical tool lists (the common case in logs) share one result.
-    key = canonical_bytes(raw)
-    inventory = _INVENTORIES.get(key)
-    if inventory is None:
-        if len(_INVENTORIES) >= _INVENTORY_CACHE_SIZE:
-            _INVENTORIES.clear()  # bounded memory on streams of ever-new specs
-        inventory = _INVENTORIES[key] = _normalize_tools_uncached(raw)
-    return inventory
+    return _normalize_json(raw)
 
 
 _INVENTORY_CACHE_SIZE = 4096
 _INVENTORIES: dict[bytes, ToolInventory] = {}
+_TEXT_INVENTORIES: dict[str | bytes, ToolInventory] = {}
+
+
+def _bounded_put(cache: dict[Any, ToolInventory], key: Any, inventory: ToolInventory) -> None:
+    if len(cache) >= _INVENTORY_CACHE_SIZE:
+        cache.clear()  # bounded memory on streams of ever-new specs
+    cache[key] = inventory
+
+
+def _normalize_json(raw: Any) -> ToolInventory:
+    # Normalisation is pure, so identical tool lists (the common case in logs) share one result.
+    key = canonical_bytes(raw)
+    inventory = _INVENTORIES.get(key)
+    if inventory is None:
+        inventory = _normalize_tools_uncached(raw)
+        _bounded_put(_INVENTORIES, key, inventory)
+    return inventory
 
 
 def _normalize_tools_uncached(raw: Any) -> ToolInventory:
@@ -197,28 +214,36 @@ def _map_type_names(schema: Any) -> Any:
 def normalize_calls(raw: Any) -> list[ToolCall]:
     """Normalise one call or many: a list of calls, an assistant message with `tool_calls`
     (OpenAI) or `tool_use` content blocks (Anthropic), or a single call in any supported shape.
+    JSON text (a string or UTF-8 bytes) is parsed first.
     """
     if isinstance(raw, ToolCall):
         return [raw]
-    require_json_like(raw, "call")
-    if isinstance(raw, str):
+    parsed = isinstance(raw, (str, bytes))
+    if parsed:
         try:
             raw = parse_json(raw)
         except ValueError as exc:
             return [ToolCall(name="", error=f"tool call is not valid JSON: {exc}")]
+    else:
+        require_json_like(raw, "call")
+    return _normalize_calls(raw, parsed)
+
+
+def _normalize_calls(raw: Any, parsed: bool) -> list[ToolCall]:
+    # `raw` is known to be JSON-like; `parsed` when it came from JSON text (so it holds no NaN).
     if isinstance(raw, (list, tuple)):
         if not raw:
             return [ToolCall(name="", error="no tool call was given (an empty list)")]
-        return [_normalize_call(item) for item in raw]
+        return [_normalize_call(item, parsed) for item in raw]
     if isinstance(raw, dict):
         if isinstance(raw.get("tool_calls"), list) and "function" not in raw:
-            return normalize_calls(raw["tool_calls"])
+            return _normalize_calls(raw["tool_calls"], parsed)
         if raw.get("role") == "assistant" and isinstance(raw.get("content"), list):
             uses = [b for b in raw["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
             if uses:
-                return [_normalize_call(b) for b in uses]
+                return [_normalize_call(b, parsed) for b in uses]
             return [ToolCall(name="", error="the assistant message carries no tool call")]
-    return [_normalize_call(raw)]
+    return [_normalize_call(raw, parsed)]
 
 
 _ARGUMENT_KEYS = ("arguments", "args", "input_parameters", "input")
@@ -232,11 +257,11 @@ def normalize_call(raw: Any) -> ToolCall:
     if isinstance(raw, ToolCall):
         return raw
     require_json_like(raw, "call")
-    return _normalize_call(raw)
+    return _normalize_call(raw, False)
 
 
-def _normalize_call(raw: Any) -> ToolCall:
-    # `raw` is known to be JSON-like (normalize_calls checked the whole value once).
+def _normalize_call(raw: Any, parsed: bool) -> ToolCall:
+    # `raw` is known to be JSON-like (the caller checked the whole value once).
     if not isinstance(raw, dict):
         return ToolCall(name="", error=f"a tool call must be an object, got {_kind(raw)}")
     call_id = raw.get("id")
@@ -248,14 +273,12 @@ def _normalize_call(raw: Any) -> ToolCall:
     present = [key for key in _ARGUMENT_KEYS if key in body]
     if not present:
         return ToolCall(name=name, id=call_id, arguments={})
-    raw_args = body[present[0]]
-    arguments, raw_text, error = _read_arguments(raw_args)
+    arguments, raw_text, error = _read_arguments(body[present[0]], parsed)
     return ToolCall(name=name, id=call_id, arguments=arguments, raw_arguments=raw_text, error=error)
 
 
-def _read_arguments(raw_args: Any) -> tuple[dict[str, Any] | None, str | None, str | None]:
+def _read_arguments(raw_args: Any, parsed: bool) -> tuple[dict[str, Any] | None, str | None, str | None]:
     raw_text = None
-    parsed = False
     if isinstance(raw_args, str):
         raw_text = raw_args
         if not raw_args.strip():

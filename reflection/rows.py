@@ -16,9 +16,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reflection._json import parse_json_keeping
 from reflection.model import JudgeUsage, ReflectionResult
 
-__all__ = ["InputRow", "RowError", "error_row", "read_row", "result_row"]
+__all__ = ["InputRow", "RowError", "error_row", "parse_line", "read_row", "result_row"]
+
+_TEXT_MEMBERS = frozenset({"tools"})
+
+
+def parse_line(line: bytes) -> Any:
+    """Parse one JSON Lines row, leaving its `tools` as JSON text (bytes).
+
+    Logged rows repeat the same tool list; as text it is the key of `normalize_tools`'
+    cache, so it is parsed and normalised once, not on every row. Raises ValueError with
+    the parser's message when the line is not JSON.
+    """
+    return parse_json_keeping(line, _TEXT_MEMBERS)
 
 
 class RowError(ValueError):

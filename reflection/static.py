@@ -461,10 +461,10 @@ def _choices(options: list[Any] | tuple[Any, ...], limit: int = 10) -> str:
 
 def _check(call: ToolCall, prepared: _Prepared) -> StaticResult:
     failures, warnings = _evaluate(call, prepared)
-    if not failures:
-        return StaticResult(call=call, checks=dict(_ALL_PASS), warnings=warnings)
-    correction, notes = suggest_correction(call, failures, lambda c: _evaluate(c, prepared)[0])
     checks = dict(_ALL_PASS)
+    if not failures:
+        return StaticResult(call=call, checks=checks, warnings=warnings)
+    correction, notes = suggest_correction(call, failures, lambda c: _evaluate(c, prepared)[0])
     for name, issues in failures.items():
         checks[name] = CheckResult(passed=False, findings=tuple(issue.finding() for issue in issues))
     return StaticResult(call=call, checks=checks, warnings=warnings, correction=correction,

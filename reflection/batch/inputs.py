@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from reflection._json import parse_json
+from reflection.rows import parse_line
 
 __all__ = ["FORMATS", "SourceRow", "count_rows", "detect_format", "read_source"]
 
@@ -94,7 +95,7 @@ def _read_jsonl(path: Path) -> Iterator[SourceRow]:
             if not line.strip():
                 continue
             try:
-                yield SourceRow(number, parse_json(line))
+                yield SourceRow(number, parse_line(line))
             except ValueError as exc:
                 yield SourceRow(number, error=f"line {number} is not valid JSON: {exc}")
 
