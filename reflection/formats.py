@@ -213,11 +213,13 @@ def _map_type_names(schema: Any) -> Any:
 
 def normalize_calls(raw: Any) -> list[ToolCall]:
     """Normalise one call or many: a list of calls, an assistant message with `tool_calls`
-    (OpenAI) or `tool_use` content blocks (Anthropic), or a single call in any supported shape.
-    JSON text (a string or UTF-8 bytes) is parsed first.
+    (OpenAI) or `tool_use` content blocks (Anthropic), a single call in any supported shape,
+    or `ToolCall` objects. JSON text (a string or UTF-8 bytes) is parsed first.
     """
     if isinstance(raw, ToolCall):
         return [raw]
+    if isinstance(raw, (list, tuple)) and raw and all(isinstance(c, ToolCall) for c in raw):
+        return list(raw)
     parsed = isinstance(raw, (str, bytes))
     if parsed:
         try:

@@ -3,6 +3,7 @@
 import pytest
 
 from reflection.formats import normalize_call, normalize_calls, normalize_history, normalize_tools
+from reflection.model import ToolCall
 
 PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
@@ -168,3 +169,8 @@ def test_unreadable_history_messages_are_skipped_and_reported():
     history = normalize_history([{"role": "user", "content": "hi"}, 42, {"role": "wizard", "content": "x"}])
     assert len(history.messages) == 1
     assert len(history.problems) == 2 and "unknown role" in history.problems[1]
+
+
+def test_a_list_of_tool_calls_passes_through():
+    calls = [ToolCall(name="a", arguments={}), ToolCall(name="b", arguments={"x": 1})]
+    assert normalize_calls(calls) == calls

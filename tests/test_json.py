@@ -41,6 +41,7 @@ def test_kept_members_are_their_own_json_text_and_the_rest_is_parsed(tools, call
 
 def test_integers_beyond_64_bits_stay_exact():
     assert parse_json('{"n": 123456789012345678901234567890}') == {"n": 123456789012345678901234567890}
+    assert parse_json("1" + "0" * 400) == 10**400  # beyond a double's range: still an integer, not infinity
 
 
 @pytest.mark.parametrize(("text", "words"), [
