@@ -10,6 +10,7 @@ Lines when piped.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import sys
 from pathlib import Path
 from typing import IO, Any
@@ -70,6 +71,9 @@ def score(
     out = output.open("w", encoding="utf-8") if output else sys.stdout
     try:
         anyio.run(_write_rows, predictions, references, out, summary, cfg, concurrency, cache_path)
+    except sqlite3.DatabaseError as exc:  # an unusable --cache-path; it is opened before any row is written
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     finally:
         if output:
             out.close()
