@@ -7,8 +7,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from reflection.scoring import SCORE_KEYS, score_files
-from reflection.scoring import JUDGED_KEYS
+from reflection.scoring import JUDGED_KEYS, SCORE_KEYS, score_files
 from reflection.scoring._cli import score
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "scoring"

@@ -240,7 +240,7 @@ def test_without_a_judge_the_command_writes_what_score_files_gives(tmp_path):
     result = run(PREDICTIONS, "--references", REFERENCES, "-o", out)
     assert result.exit_code == 0, result.output
     assert rows_of(out.read_text()) == list(score_files(PREDICTIONS, REFERENCES))
-    assert "skipped: no judge configured" in result.stdout
+    assert "judged metrics skipped: no judge configured" in " ".join(result.stdout.split())
 
 
 def test_without_a_judge_the_json_summary_says_the_judge_was_not_configured(tmp_path):

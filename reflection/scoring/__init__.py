@@ -22,7 +22,13 @@ from reflection.scoring.dataset import (
     evaluate_tool_calls,
     interpret_score,
 )
-from reflection.scoring.files import JUDGED_KEYS, SCORE_KEYS, ScoreSummary, ascore_files, score_files
+from reflection.scoring.files import (
+    JUDGED_KEYS,
+    SCORE_KEYS,
+    ScoreSummary,
+    ascore_files,
+    score_files,
+)
 from reflection.scoring.response import exact_match, response_correctness, rouge_l
 from reflection.scoring.trajectory import (
     CallMatch,

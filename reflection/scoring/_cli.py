@@ -122,6 +122,7 @@ def _table(data: dict[str, Any]) -> Table:
     table.add_row("error rows", str(data["error_rows"]), "")
     table.add_row("no call when one was expected", str(data["no_call"]), "")
     table.add_row("call to a tool not in the inventory", str(data["unknown_tool"]), "")
+    notes = []
     judge = data["judge"]
     if judge["configured"]:
         table.add_row("rows with a judge error", str(judge["error_rows"]), "")
@@ -129,7 +130,9 @@ def _table(data: dict[str, Any]) -> Table:
         table.add_row("judge tokens (prompt / completion)", f"{judge['prompt_tokens']} / {judge['completion_tokens']}", "")
         table.add_row("judge cost (USD)", f"{judge['cost_usd']:.4f}", "")
     else:
-        table.add_row("judged metrics", f"skipped: {_NO_JUDGE}", "")
+        notes.append(f"judged metrics skipped: {_NO_JUDGE}")
     if data["metrics"]["response_exact_match"]["n"] and not data["metrics"]["response_rouge_l"]["n"]:
-        table.caption = "response_rouge_l needs the metrics extra: pip install 'reflection[metrics]'"
+        notes.append("response_rouge_l needs the metrics extra: pip install 'reflection[metrics]'")
+    if notes:
+        table.caption = "\n".join(notes)
     return table

@@ -244,7 +244,7 @@ def _read_lines(path: Path, kind: str) -> Iterator[tuple[int, Any, str | None]]:
                 yield number, None, f"{kind} line {number} is not valid JSON: {exc}"
 
 
-def score_files(predictions: Path, references: Path, *,
+def score_files(predictions: str | Path, references: str | Path, *,
                 weights: ScoreWeights | Mapping[str, float] | None = None) -> Iterator[dict[str, Any]]:
     """Output rows for every prediction, joined with its reference by id, then an error row
     for every reference nobody predicted. Unreadable, unjoinable and unusable rows become
@@ -254,7 +254,7 @@ def score_files(predictions: Path, references: Path, *,
         yield row
 
 
-async def ascore_files(predictions: Path, references: Path, *, judge: Judge | None = None,
+async def ascore_files(predictions: str | Path, references: str | Path, *, judge: Judge | None = None,
                        weights: ScoreWeights | Mapping[str, float] | None = None,
                        concurrency: int | None = None, prompts_dir: Path | None = None,
                        ) -> AsyncIterator[dict[str, Any]]:
@@ -361,13 +361,13 @@ async def _trajectory(judge: Judge, inputs: _JudgeInputs,
     return values, result.usage or JudgeUsage()
 
 
-def _joined(predictions: Path, references: Path,
+def _joined(predictions: str | Path, references: str | Path,
             evaluator: ToolCallingEvaluator) -> Generator[tuple[dict[str, Any], _JudgeInputs | None], None, None]:
     """Every output row in order, with what the judge needs for it (None for error rows).
     The references are held in memory; the predictions are read one line at a time."""
     table: dict[str, Mapping[str, Any]] = {}
     problems: list[dict[str, Any]] = []
-    for number, raw, problem in _read_lines(references, "references"):
+    for number, raw, problem in _read_lines(Path(references), "references"):
         rid = row_id(raw, number)
         if problem is not None or not isinstance(raw, Mapping):
             problems.append(error_row(rid, problem or f"references line {number} is not a JSON object"))
@@ -380,7 +380,7 @@ def _joined(predictions: Path, references: Path,
     for row in problems:
         yield row, None
     seen: set[str] = set()
-    for number, raw, problem in _read_lines(predictions, "predictions"):
+    for number, raw, problem in _read_lines(Path(predictions), "predictions"):
         rid = row_id(raw, number)
         if problem is not None or not isinstance(raw, Mapping):
             yield error_row(rid, problem or f"predictions line {number} is not a JSON object"), None
