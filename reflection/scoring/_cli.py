@@ -56,9 +56,8 @@ def score(
     With a judge configured, rows also get the LLM-judged metrics (response_correctness,
     tool_selection_judged); without one those are null.
     """
-    from reflection.cli import (
-        load_config,  # the shared flag/env/file merge; imported late (cli imports us)
-    )
+    # The flag/env/file merge shared with check and batch; imported late (reflection.cli imports us).
+    from reflection.cli import load_config
 
     try:
         cfg = load_config(config, base_url=base_url, model=model)
