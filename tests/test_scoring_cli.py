@@ -7,7 +7,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from reflection.scoring import SCORE_KEYS, score_files
+from reflection.scoring import JUDGED_KEYS, SCORE_KEYS, score_files
 from reflection.scoring._cli import score
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "scoring"
@@ -61,7 +61,7 @@ def test_json_summary(tmp_path):
     summary = json.loads(result.stdout)
     assert summary["error_rows"] == 3
     assert summary["no_call"] == summary["unknown_tool"] == 1
-    assert set(summary["metrics"]) == set(SCORE_KEYS)
+    assert set(summary["metrics"]) == set(SCORE_KEYS + JUDGED_KEYS)
     assert summary["interpretation"] in ("Excellent", "Good", "Fair", "Poor")
 
 

@@ -2,8 +2,9 @@
 
 Call level (`tool_call_equivalence`, `binary_tool_call`, `staged_tool_call`), dataset level
 (`ToolCallingEvaluator`), trajectories (`trajectory_correctness`) and final answers
-(`exact_match`, `rouge_l`, `response_correctness`). Inputs are read by `reflection.formats`,
-and the LLM-judged scores go through `reflection.judge`.
+(`exact_match`, `rouge_l`, `response_correctness`), and whole files (`score_files`, or
+`ascore_files` with a judge). Inputs are read by `reflection.formats`, and the LLM-judged
+scores go through `reflection.judge`.
 """
 
 from reflection.scoring._judged import JudgedScore
@@ -21,7 +22,13 @@ from reflection.scoring.dataset import (
     evaluate_tool_calls,
     interpret_score,
 )
-from reflection.scoring.files import SCORE_KEYS, ScoreSummary, score_files
+from reflection.scoring.files import (
+    JUDGED_KEYS,
+    SCORE_KEYS,
+    ScoreSummary,
+    ascore_files,
+    score_files,
+)
 from reflection.scoring.response import exact_match, response_correctness, rouge_l
 from reflection.scoring.trajectory import (
     CallMatch,
@@ -36,6 +43,7 @@ from reflection.scoring.trajectory import (
 )
 
 __all__ = [
+    "JUDGED_KEYS",
     "SCORE_KEYS",
     "CallMatch",
     "DatasetReport",
@@ -47,6 +55,7 @@ __all__ = [
     "ToolCallingEvaluator",
     "TrajectoryCall",
     "TrajectoryScore",
+    "ascore_files",
     "atrajectory_correctness",
     "binary_tool_call",
     "evaluate_tool_calls",

@@ -1,24 +1,34 @@
 """The body of `reflection score`; `reflection.cli` registers it as `app.command("score")(score)`.
 
-Holds no scoring logic: it reads options, streams `reflection.scoring.files.score_files` and
-prints. Rows go to `--output` (or stdout); the summary goes to stdout when rows went to a
-file, else to stderr, so stdout stays pure JSON Lines when piped.
+Holds no scoring logic: it reads options, builds the judge from the same configuration as
+`reflection check` (`--config`, `REFLECTION_JUDGE__*`, `--base-url/--model`), streams
+`reflection.scoring.files.ascore_files` and prints. Rows go to `--output` (or stdout); the
+summary goes to stdout when rows went to a file, else to stderr, so stdout stays pure JSON
+Lines when piped.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+import anyio
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from reflection._cache import SQLiteJudgeCache
 from reflection._json import dumps
-from reflection.scoring.files import ScoreSummary, score_files
+from reflection.batch.runner import _batch_judge
+from reflection.config import ReflectionConfig
+from reflection.scoring.files import ScoreSummary, ascore_files
 
 __all__ = ["score"]
+
+_NO_JUDGE = "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
 
 
 def score(
@@ -32,14 +42,37 @@ def score(
     ),
     output: Path | None = typer.Option(None, "-o", "--output", help="Write per-sample rows here (default: stdout)."),
     json_summary: bool = typer.Option(False, "--json-summary", help="Print the summary as one JSON object instead of a table."),
+    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False,
+                                       help="YAML config with a judge (see config.example.yaml) for the judged metrics."),
+    base_url: str | None = typer.Option(None, "--base-url", help="Judge endpoint (OpenAI-compatible); overrides the config."),
+    model: str | None = typer.Option(None, "--model", help="Judge model name; overrides the config."),
+    concurrency: int | None = typer.Option(None, "--concurrency", min=1,
+                                           help="Judge requests at once (default: the judge's max_concurrency)."),
+    cache_path: Path | None = typer.Option(None, "--cache-path", dir_okay=False,
+                                           help="Cache judge replies in this SQLite file (default: no cache)."),
 ) -> None:
-    """Score PREDICTIONS against --references (joined by id): per-sample JSON Lines and a summary."""
-    summary = ScoreSummary()
+    """Score PREDICTIONS against --references (joined by id): per-sample JSON Lines and a summary.
+
+    With a judge configured, rows also get the LLM-judged metrics (response_correctness,
+    tool_selection_judged); without one those are null.
+    """
+    # The flag/env/file merge shared with check and batch; imported late (reflection.cli imports us).
+    from reflection.cli import load_config
+
+    try:
+        cfg = load_config(config, base_url=base_url, model=model)
+    except ValueError as exc:
+        typer.echo(f"error: invalid configuration: {exc}", err=True)
+        raise typer.Exit(2) from None
+    # No separate "judge skipped" line: the summary says it, and with rows on stdout a JSON
+    # summary is all of stderr, which must stay one parseable object.
+    summary = ScoreSummary(judge=cfg.judge is not None)
     out = output.open("w", encoding="utf-8") if output else sys.stdout
     try:
-        for row in score_files(predictions, references):
-            summary.add(row)
-            out.write(dumps(row) + "\n")
+        anyio.run(_write_rows, predictions, references, out, summary, cfg, concurrency, cache_path)
+    except sqlite3.DatabaseError as exc:  # an unusable --cache-path; it is opened before any row is written
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     finally:
         if output:
             out.close()
@@ -51,6 +84,22 @@ def score(
         stream.write(dumps(data) + "\n")
     else:
         Console(file=stream, soft_wrap=True).print(_table(data))
+
+
+async def _write_rows(predictions: Path, references: Path, out: IO[str], summary: ScoreSummary,
+                      cfg: ReflectionConfig, concurrency: int | None, cache_path: Path | None) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        judge = None
+        if cfg.judge is not None:
+            cache = await stack.enter_async_context(SQLiteJudgeCache(cache_path)) if cache_path else None
+            # The command's concurrency is the judge's: its limiter and connection pool are sized to it.
+            judge = _batch_judge(cfg, concurrency or cfg.judge.max_concurrency, cache)
+            assert judge is not None
+            await stack.enter_async_context(judge)
+        async for row in ascore_files(predictions, references, judge=judge, concurrency=concurrency,
+                                      prompts_dir=cfg.prompts_dir):
+            summary.add(row)
+            out.write(dumps(row) + "\n")
 
 
 def _table(data: dict[str, Any]) -> Table:
@@ -72,6 +121,17 @@ def _table(data: dict[str, Any]) -> Table:
     table.add_row("error rows", str(data["error_rows"]), "")
     table.add_row("no call when one was expected", str(data["no_call"]), "")
     table.add_row("call to a tool not in the inventory", str(data["unknown_tool"]), "")
+    notes = []
+    judge = data["judge"]
+    if judge["configured"]:
+        table.add_row("rows with a judge error", str(judge["error_rows"]), "")
+        table.add_row("judge requests", str(judge["requests"]), "")
+        table.add_row("judge tokens (prompt / completion)", f"{judge['prompt_tokens']} / {judge['completion_tokens']}", "")
+        table.add_row("judge cost (USD)", f"{judge['cost_usd']:.4f}", "")
+    else:
+        notes.append(f"judged metrics skipped: {_NO_JUDGE}")
     if data["metrics"]["response_exact_match"]["n"] and not data["metrics"]["response_rouge_l"]["n"]:
-        table.caption = "response_rouge_l needs the metrics extra: pip install 'reflection[metrics]'"
+        notes.append("response_rouge_l needs the metrics extra: pip install 'reflection[metrics]'")
+    if notes:
+        table.caption = "\n".join(notes)
     return table
