@@ -119,3 +119,19 @@ async def test_without_available_tools_no_judge_is_asked():
 async def test_available_tools_without_a_judge_is_an_error():
     with pytest.raises(ValueError, match="judge"):
         await atrajectory_correctness([{"name": "a"}], [{"name": "a"}], available_tools=TOOLS)
+
+
+# --- the offline kit answers scoring requests --------------------------------------------------
+
+
+async def test_fake_judge_answers_scoring_requests_by_default_and_as_scripted():
+    from reflection.testing import FakeJudge
+
+    with FakeJudge() as fake:
+        async with Judge(fake.config) as judge:
+            default = await response_correctness(judge, prediction="Paris", reference="Paris is the capital.")
+            fake.script("score", score=2, explanation="Different city.")
+            scripted = await response_correctness(judge, prediction="Lyon", reference="Paris is the capital.")
+    assert (default.raw_score, default.score) == (5, 1.0)
+    assert (scripted.raw_score, scripted.explanation) == (2, "Different city.")
+    assert [r.checks for r in fake.requests] == [["explanation", "score"]] * 2

@@ -26,7 +26,14 @@ import respx
 
 from reflection._json import dumps, parse_json
 from reflection.judge import JudgeConfig
-from reflection.testing._protocol import check_reply, completion, request_data, requested_checks
+from reflection.testing._protocol import (
+    SCORE_REQUEST,
+    check_reply,
+    completion,
+    request_data,
+    requested_checks,
+    score_reply,
+)
 
 __all__ = ["FakeJudge", "RecordedRequest", "check_reply"]
 
@@ -78,9 +85,14 @@ class FakeJudge:
 
     def script(self, check: str, *, score: int, explanation: str = "", evidence: list[str] | None = None,
                confidence: float = 0.9, correction: dict[str, Any] | None = None) -> FakeJudge:
-        """Set the reply for `check` on every later request that asks about it."""
-        self._scripts[check] = check_reply(score, explanation=explanation, evidence=evidence,
-                                           confidence=confidence, correction=correction)
+        """Set the reply for `check` on every later request that asks about it. The check
+        `"score"` sets the reply to scoring requests (`reflection.scoring`'s judged metrics),
+        which take only `score` and `explanation`."""
+        if check == "score":
+            self._scripts[check] = score_reply(score, explanation)
+        else:
+            self._scripts[check] = check_reply(score, explanation=explanation, evidence=evidence,
+                                               confidence=confidence, correction=correction)
         return self
 
     def fail(self, status: int = 500, times: int = 1, headers: dict[str, str] | None = None) -> FakeJudge:
@@ -107,6 +119,9 @@ class FakeJudge:
                 status, headers = value
                 return httpx.Response(status, json={"error": {"message": f"fake judge status {status}"}}, headers=headers)
             return httpx.Response(200, json=completion(value, body))
+        if tuple(checks) == SCORE_REQUEST:
+            reply = self._scripts.get("score") or score_reply(5, "fake judge default: pass")
+            return httpx.Response(200, json=completion(dumps(reply), body))
         unscripted = [c for c in checks if c not in self._scripts]
         if self.strict and unscripted:
             self.unexpected.append(f"request for unscripted checks {unscripted}")

@@ -35,6 +35,15 @@ def _user_text(body: dict[str, Any]) -> str:
     return "\n".join(m.get("content") or "" for m in body.get("messages", []) if m.get("role") == "user")
 
 
+SCORE_REQUEST = ("explanation", "score")
+"""What a scoring request (`reflection.scoring`'s judged metrics) asks for, in place of checks."""
+
+
+def score_reply(score: int, explanation: str = "") -> dict[str, Any]:
+    """A reply to a scoring request: a 1-5 score with its explanation."""
+    return {"explanation": explanation or f"scored {score}", "score": score}
+
+
 def check_reply(score: int, *, explanation: str = "", evidence: list[str] | None = None,
                 confidence: float = 0.9, correction: dict[str, Any] | None = None) -> dict[str, Any]:
     """One check's reply object in the judge's reply schema."""
