@@ -24,25 +24,31 @@ above the ideal time the run is CPU-bound: no scheduling can reach the ideal on 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import anyio
-import httpx
+# Measure the checkout this script lives in, not whichever copy of the package is installed.
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from reflection.batch import read_report, run_batch
-from reflection.batch._synthetic import synthetic_rows, write_jsonl
-from reflection.config import ReflectionConfig
-from reflection.judge import JudgeConfig
+import anyio  # noqa: E402
+import httpx  # noqa: E402
+
+from reflection.batch import read_report, run_batch  # noqa: E402
+from reflection.batch._synthetic import synthetic_rows, write_jsonl  # noqa: E402
+from reflection.config import ReflectionConfig  # noqa: E402
+from reflection.judge import JudgeConfig  # noqa: E402
 
 
 def start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     server = subprocess.Popen(
         [sys.executable, "-m", "reflection.testing.server", "--latency", str(latency), "--idle-timeout", "600"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
     )
     assert server.stdout is not None
     return server, server.stdout.readline().strip()
