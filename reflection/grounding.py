@@ -7,7 +7,6 @@ an enum member). A value found nowhere gets no sources. The judge receives this 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from reflection.model import History, ToolCall, ToolSpec, ValueGrounding, ValueSource
@@ -79,15 +78,30 @@ def _conversation_texts(history: History) -> list[tuple[Any, int, int, str]]:
 
 def _find(text: str, needle: str) -> str | None:
     if needle[0].isalnum() and needle[-1].isalnum():
-        # Whole-token match so "5" is not found inside "2025" and "cat" not inside "concatenate".
-        match = re.search(rf"(?<![\w.]){re.escape(needle)}(?![\w])", text)
-        start = match.start() if match else -1
+        # Whole-token match so "5" is not found inside "2025" and "cat" not inside "concatenate":
+        # no word character or dot before, no word character after (the regex
+        # `(?<![\w.])needle(?![\w])`, without compiling a pattern for every value).
+        start = text.find(needle)
+        while start >= 0:
+            end = start + len(needle)
+            if not (start and _word_or_dot(text[start - 1])) and not (end < len(text) and _word(text[end])):
+                break
+            start = text.find(needle, start + 1)
     else:
         start = text.find(needle)
     if start < 0:
         return None
     lo, hi = max(0, start - _QUOTE_RADIUS), min(len(text), start + len(needle) + _QUOTE_RADIUS)
     return ("…" if lo else "") + text[lo:hi] + ("…" if hi < len(text) else "")
+
+
+def _word(char: str) -> bool:
+    """Whether `char` is a regex word character (alphanumeric or underscore)."""
+    return char.isalnum() or char == "_"
+
+
+def _word_or_dot(char: str) -> bool:
+    return char.isalnum() or char == "_" or char == "."
 
 
 def _spec_sources(schema: dict[str, Any], schema_path: tuple[str, ...], value: Any) -> list[ValueSource]:

@@ -1,7 +1,12 @@
 """Deterministic provenance of argument values."""
 
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from reflection.formats import normalize_call, normalize_history, normalize_tools
-from reflection.grounding import ground_call
+from reflection.grounding import _find, ground_call
 
 TOOLS = normalize_tools([{"name": "book", "parameters": {"type": "object", "properties": {
     "city": {"type": "string"}, "nights": {"type": "integer"}, "tier": {"type": "string", "enum": ["basic", "gold"]},
@@ -53,3 +58,18 @@ def test_value_found_nowhere_has_no_sources():
 def test_unparseable_call_has_no_grounding():
     call = normalize_call({"name": "book", "arguments": "{oops"})
     assert ground_call(call, HISTORY, TOOLS.get("book")) == ()
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(alphabet="ab5_.- é2x", max_size=30), needle=st.text(alphabet="ab5_.- é2x", min_size=1, max_size=4))
+def test_whole_token_search_matches_the_regex_it_replaces(text, needle):
+    if needle[0].isalnum() and needle[-1].isalnum():
+        match = re.search(rf"(?<![\w.]){re.escape(needle)}(?![\w])", text)
+        expected = match.start() if match else -1
+    else:
+        expected = text.find(needle)
+    found = _find(text, needle)
+    assert (found is None) == (expected < 0)
+    if found is not None:
+        lo = max(0, expected - 40)
+        assert found.removeprefix("…").startswith(text[lo:expected + len(needle)])
