@@ -24,7 +24,9 @@ import threading
 import time
 from typing import Any
 
-from reflection._json import dumps, parse_json
+import orjson
+
+from reflection._json import dumps
 from reflection.testing._protocol import check_reply, completion, request_data, requested_checks
 
 __all__ = ["FAULT_KINDS", "StandInJudge"]
@@ -112,7 +114,7 @@ class StandInJudge:
         """Serve until stopped, idle for `idle_timeout`, or `max_requests` are answered."""
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._connection, "127.0.0.1", self.port, backlog=1024)
+        server = await self._loop.create_server(lambda: _Connection(self), "127.0.0.1", self.port, backlog=1024)
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         async with server:
@@ -125,58 +127,106 @@ class StandInJudge:
                 if idle > self.idle_timeout or self.requests >= self.max_requests:
                     break
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                method, path, _ = lines[0].split(" ", 2)
-                headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
-                body = await reader.readexactly(int(headers.get("content-length", "0")))
-                status, payload, extra = await self._respond(method, path, body)
-                if status == 0:  # a simulated timeout: hold the connection, then drop it
-                    await asyncio.sleep(self.timeout_delay)
-                    break
-                data = payload.encode()
-                head_out = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}", "content-type: application/json",
-                            f"content-length: {len(data)}", *(f"{k}: {v}" for k, v in extra.items())]
-                writer.write(("\r\n".join(head_out) + "\r\n\r\n").encode() + data)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, ValueError, asyncio.LimitOverrunError):
-            pass
-        finally:
-            writer.close()
-
-    async def _respond(self, method: str, path: str, raw: bytes) -> tuple[int, str, dict[str, str]]:
+    def respond(self, method: str, path: str, raw: bytes) -> tuple[int, str, dict[str, str], float]:
+        """Status (0: a simulated timeout), JSON body, extra headers, and the delay before answering."""
         self._last_request = time.monotonic()
         if method != "POST" or not path.rstrip("/").endswith("/chat/completions"):
-            return 404, dumps({"error": {"message": f"no route {method} {path}"}}), {}
+            return 404, dumps({"error": {"message": f"no route {method} {path}"}}), {}, 0.0
         self.requests += 1
-        if self.latency:
-            await asyncio.sleep(self.latency)
+        delay = self.latency
         try:
-            body = parse_json(raw)
-        except ValueError as exc:
-            return 400, dumps({"error": {"message": f"request body is not JSON: {exc}"}}), {}
+            # orjson directly: the stand-in needs no exact big integers, and it is what a
+            # benchmark's server spends its CPU on.
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            return 400, dumps({"error": {"message": f"request body is not JSON: {exc}"}}), {}, delay
         fmt = body.get("response_format") or {}
         if self.reject_json_schema and fmt.get("type") == "json_schema":
-            return 400, dumps({"error": {"message": "response_format json_schema is not supported"}}), {}
+            return 400, dumps({"error": {"message": "response_format json_schema is not supported"}}), {}, delay
         if self.fault_rate and self._random.random() < self.fault_rate:
             kind = self._random.choice(self.faults)
             self.fault_counts[kind] += 1
             if kind == "429":
-                return 429, dumps({"error": {"message": "rate limited"}}), {"retry-after": "0"}
+                return 429, dumps({"error": {"message": "rate limited"}}), {"retry-after": "0"}, delay
             if kind == "500":
-                return 500, dumps({"error": {"message": "internal error"}}), {}
+                return 500, dumps({"error": {"message": "internal error"}}), {}, delay
             if kind == "timeout":
-                return 0, "", {}
+                return 0, "", {}, delay + self.timeout_delay
             if kind == "non_json":
-                return 200, dumps(completion("Sure! Here is my review: looks fine.", body)), {}
+                return 200, dumps(completion("Sure! Here is my review: looks fine.", body)), {}, delay
             reply = judge_reply(body)
             for value in reply.values():
                 value["score"] = 7
-            return 200, dumps(completion(dumps(reply), body)), {}
-        return 200, dumps(completion(dumps(judge_reply(body)), body)), {}
+            return 200, dumps(completion(dumps(reply), body)), {}, delay
+        return 200, dumps(completion(dumps(judge_reply(body)), body)), {}, delay
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: HTTP/1.1 keep-alive, one request at a time, answered after its delay.
+
+    A protocol rather than asyncio streams: the stand-in's CPU per request sits in the
+    latency of every request a benchmark makes, so it is kept small.
+    """
+
+    def __init__(self, judge: StandInJudge):
+        self.judge = judge
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.busy = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if not self.busy:
+            self._next()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
+    def _next(self) -> None:
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        try:
+            lines = self.buffer[:end].decode("latin-1").split("\r\n")
+            method, path, _ = lines[0].split(" ", 2)
+            length = 0
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value)
+        except ValueError:
+            self._close()
+            return
+        if len(self.buffer) < end + 4 + length:
+            return
+        raw = bytes(self.buffer[end + 4: end + 4 + length])
+        del self.buffer[: end + 4 + length]
+        status, payload, extra, delay = self.judge.respond(method, path, raw)
+        self.busy = True
+        loop = asyncio.get_running_loop()
+        if status == 0:  # a simulated timeout: hold the connection, then drop it
+            loop.call_later(delay, self._close)
+        elif delay:
+            loop.call_later(delay, self._answer, status, payload, extra)
+        else:
+            self._answer(status, payload, extra)
+
+    def _answer(self, status: int, payload: str, extra: dict[str, str]) -> None:
+        if self.transport is None:
+            return
+        data = payload.encode()
+        head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}", "content-type: application/json",
+                f"content-length: {len(data)}", *(f"{k}: {v}" for k, v in extra.items())]
+        self.transport.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
+        self.busy = False
+        self._next()
+
+    def _close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
 
 
 def main(argv: list[str] | None = None) -> None:
