@@ -2,9 +2,10 @@
 
 Any OpenAI-compatible Chat Completions endpoint (OpenAI, Azure, vLLM, Ollama, llama.cpp,
 LiteLLM). The library owns the `httpx.AsyncClient` (pool limits; tests inject their own or
-mock it with respx), builds `AsyncOpenAI` on it with the SDK's own retries turned off, and
-retries with tenacity instead. Structured output is negotiated once per endpoint:
-`json_schema` (strict), then `json_object`, then prompt-only JSON.
+mock it with respx) and posts each Chat Completions request on it directly, reading only
+the fields it uses; HTTP failures become the `openai` SDK's exception types, and tenacity
+does the retries. Structured output is negotiated once per endpoint: `json_schema`
+(strict), then `json_object`, then prompt-only JSON.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 import anyio
 import httpx
 import openai
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
@@ -150,14 +152,18 @@ class Judge:
             timeout=httpx.Timeout(config.timeout),
             limits=httpx.Limits(max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency),
         )
-        # The SDK's own retries are off so tenacity's attempts are the only ones.
-        self._client = openai.AsyncOpenAI(
-            api_key=config.resolved_api_key(),
-            base_url=config.base_url,
-            http_client=self._http,
-            max_retries=0,
-            timeout=config.timeout,
-        )
+        self._url = config.base_url.rstrip("/") + "/chat/completions"
+        self._headers = {
+            "Authorization": f"Bearer {config.resolved_api_key()}",
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": "reflection",
+        }
+        # As the SDK does: organisation and project from the environment, when set.
+        for header, variable in (("OpenAI-Organization", "OPENAI_ORG_ID"), ("OpenAI-Project", "OPENAI_PROJECT_ID")):
+            if os.environ.get(variable):
+                self._headers[header] = os.environ[variable]
+        self._timeout = httpx.Timeout(config.timeout)
         self._limiter: anyio.CapacityLimiter | None = None
 
     @property
@@ -269,25 +275,24 @@ class Judge:
     ) -> str:
         mode = self.structured_mode
         while True:
-            kwargs: dict[str, Any] = {}
+            body: dict[str, Any] = {
+                "model": self.config.model,
+                "messages": conversation,
+                "temperature": 0,
+                "max_completion_tokens": self.config.max_completion_tokens,
+            }
             if mode == "json_schema":
-                kwargs["response_format"] = {
+                body["response_format"] = {
                     "type": "json_schema",
                     "json_schema": {"name": schema_name, "strict": True, "schema": schema},
                 }
             elif mode == "json_object":
-                kwargs["response_format"] = {"type": "json_object"}
+                body["response_format"] = {"type": "json_object"}
             totals["requests"] += 1
             totals["prompt_chars"] += sum(len(m["content"]) for m in conversation)
             try:
                 async with self.limiter:
-                    response = await self._client.chat.completions.create(
-                        model=self.config.model,
-                        messages=conversation,  # type: ignore[arg-type]
-                        temperature=0,
-                        max_completion_tokens=self.config.max_completion_tokens,
-                        **kwargs,
-                    )
+                    completion = await self._post(body)
             except (openai.BadRequestError, openai.UnprocessableEntityError):
                 fallback = _FALLBACK[mode]
                 if self.config.structured_output != "auto" or fallback is None:
@@ -295,17 +300,75 @@ class Judge:
                 # The server rejected this response_format: remember the downgrade for the endpoint.
                 mode = _ENDPOINT_MODES[(self.config.base_url, self.config.model)] = fallback
                 continue
-            if response.usage is not None:
-                totals["prompt_tokens"] += response.usage.prompt_tokens or 0
-                totals["completion_tokens"] += response.usage.completion_tokens or 0
-                details = response.usage.prompt_tokens_details
-                totals["cached_tokens"] += (details.cached_tokens or 0) if details else 0
-            if not response.choices:
+            _add_usage(totals, completion.get("usage"))
+            choices = completion.get("choices")
+            if not choices or not isinstance(choices, list):
                 raise InvalidReply("the judge returned no choices")
-            content = response.choices[0].message.content
-            if not content:
+            message = choices[0].get("message") if isinstance(choices[0], dict) else None
+            content = message.get("content") if isinstance(message, dict) else None
+            if not content or not isinstance(content, str):
                 raise InvalidReply("the judge returned an empty message")
             return _strip_fences(content)
+
+    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST one Chat Completions request; the decoded completion, or the SDK's exception.
+
+        The request goes straight through our httpx client (its headers, auth and transport
+        apply, so respx and injected transports see it) instead of through the SDK's request
+        machinery, which costs about a millisecond of CPU per request; errors are mapped onto
+        the SDK's exception types, so retries and callers see what the SDK would raise.
+        """
+        request = self._http.build_request("POST", self._url, content=orjson.dumps(body), headers=self._headers,
+                                           timeout=self._timeout)
+        try:
+            response = await self._http.send(request)
+        except httpx.TimeoutException as exc:
+            raise openai.APITimeoutError(request=request) from exc  # type: ignore[arg-type]
+        except httpx.RequestError as exc:
+            raise openai.APIConnectionError(message=f"Connection error: {exc}", request=request) from exc  # type: ignore[arg-type]
+        try:
+            data = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            data = None
+        if response.status_code >= 400:
+            raise _status_error(response, data)
+        if not isinstance(data, dict):
+            raise InvalidReply(f"the judge endpoint sent HTTP {response.status_code} without a JSON chat completion")
+        return data
+
+
+def _status_error(response: httpx.Response, data: Any) -> openai.APIStatusError:
+    """The SDK's exception for an HTTP error status (its own status-to-class mapping)."""
+    body = data.get("error", data) if isinstance(data, dict) else (data if data is not None else response.text)
+    cls = _STATUS_ERRORS.get(response.status_code)
+    if cls is None:
+        cls = openai.InternalServerError if response.status_code >= 500 else openai.APIStatusError
+    return cls(f"Error code: {response.status_code} - {body}", response=response, body=body)  # type: ignore[arg-type]
+
+
+_STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
+    400: openai.BadRequestError,
+    401: openai.AuthenticationError,
+    403: openai.PermissionDeniedError,
+    404: openai.NotFoundError,
+    409: openai.ConflictError,
+    422: openai.UnprocessableEntityError,
+    429: openai.RateLimitError,
+}
+
+
+def _add_usage(totals: dict[str, int], usage: Any) -> None:
+    """Add a completion's token counts to `totals`; missing or malformed counts add nothing."""
+    if not isinstance(usage, dict):
+        return
+    for key, field in (("prompt_tokens", "prompt_tokens"), ("completion_tokens", "completion_tokens")):
+        value = usage.get(field)
+        if isinstance(value, int) and not isinstance(value, bool):
+            totals[key] += value
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if isinstance(cached, int) and not isinstance(cached, bool):
+        totals["cached_tokens"] += cached
 
 
 def _strip_fences(text: str) -> str:
