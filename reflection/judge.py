@@ -152,7 +152,7 @@ class Judge:
             timeout=httpx.Timeout(config.timeout),
             limits=httpx.Limits(max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency),
         )
-        self._url = config.base_url.rstrip("/") + "/chat/completions"
+        self._url = httpx.URL(config.base_url.rstrip("/") + "/chat/completions")  # parsed once, not per request
         self._headers = {
             "Authorization": f"Bearer {config.resolved_api_key()}",
             "Content-Type": "application/json",
@@ -224,10 +224,6 @@ class Judge:
         conversation = list(messages)
         totals = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "prompt_chars": 0}
 
-        def usage() -> JudgeUsage:
-            partial = JudgeUsage(**totals)
-            return partial.model_copy(update={"cost_usd": self.cost(partial)})
-
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.config.max_attempts),
             retry=retry_if_exception(_retryable),
@@ -249,10 +245,16 @@ class Judge:
                         self._reask(conversation, raw_reply, str(exc))
                         raise InvalidReply(f"the judge reply failed validation: {exc}") from None
         except (openai.APIError, InvalidReply) as exc:
-            raise JudgeError(f"{_describe(exc)} (after {totals['requests']} request(s))", usage()) from exc
+            raise JudgeError(f"{_describe(exc)} (after {totals['requests']} request(s))", self._usage(totals)) from exc
         if self.cache is not None and cache_key is not None:
             await self.cache.put(cache_key, data)
-        return JudgeAnswer(value, usage())
+        return JudgeAnswer(value, self._usage(totals))
+
+    def _usage(self, totals: dict[str, int]) -> JudgeUsage:
+        usage = JudgeUsage(**totals)
+        if self.config.model not in self.config.prices:
+            return usage  # costs nothing: no second model to build
+        return usage.model_copy(update={"cost_usd": self.cost(usage)})
 
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None

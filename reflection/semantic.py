@@ -258,13 +258,15 @@ async def run_semantic(
     async def ask(group: tuple[str, ...]) -> None:
         messages, version = build_messages(request, group, token_budget=token_budget, prompts_dir=prompts_dir)
         schema = reply_schema(group)
+        # The key hashes the whole prompt: only worth its CPU when there is a cache to look in.
+        cache_key = request_key(judge.config, version, messages, schema) if judge.cache is not None else None
         try:
             answer = await judge.ask(
                 messages,
                 schema=schema,
                 schema_name="tool_call_review",
                 validate=_parse_reply(group),
-                cache_key=request_key(judge.config, version, messages, schema),
+                cache_key=cache_key,
             )
         except JudgeError as exc:
             usages.append(exc.usage)
@@ -280,4 +282,4 @@ async def run_semantic(
         async with anyio.create_task_group() as tg:
             for group in groups:
                 tg.start_soon(ask, group)
-    return {name: replies[name] for name in checks}, JudgeUsage.total(usages)
+    return {name: replies[name] for name in checks}, usages[0] if len(usages) == 1 else JudgeUsage.total(usages)
