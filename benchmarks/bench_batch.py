@@ -10,8 +10,6 @@ Side by side in one run (the cache is off except where said):
                 httpx pools (reflection/batch/_http.py)
   one pool      the judge's connections in one httpx pool, as `Judge` builds by itself;
                 httpcore 1.0's pool costs CPU quadratic in its size
-  httpx2 pool   one `httpx2.AsyncClient` pool (the HTTP stack the OpenAI SDK is built on;
-                its pool was made linear), when httpx2 is installed
   cold cache    the batch run again with a fresh SQLite judge cache (fills it)
   warm cache    a rerun of the finished batch into a new output: zero judge requests
 
@@ -62,15 +60,6 @@ async def timed_run(source: Path, output: Path, config: ReflectionConfig, concur
     return time.perf_counter() - wall, time.process_time() - cpu, stats.judge_requests
 
 
-def httpx2_client(concurrency: int, timeout: float) -> object | None:
-    try:
-        import httpx2
-    except ImportError:
-        return None
-    return httpx2.AsyncClient(timeout=httpx2.Timeout(timeout),
-                              limits=httpx2.Limits(max_connections=concurrency, max_keepalive_connections=concurrency))
-
-
 async def main(rows: int, concurrency: int, latency: float) -> None:
     server, base_url = start_server(latency)
     try:
@@ -100,17 +89,6 @@ async def main(rows: int, concurrency: int, latency: float) -> None:
                 wall, cpu, requests = await timed_run(source, work / "one-pool.jsonl", config, concurrency,
                                                       cache=False, http_client=one_pool)
             line("one pool", wall, cpu, requests)
-
-            client = httpx2_client(concurrency, config.judge.timeout)
-            if client is not None:
-                try:
-                    wall, cpu, requests = await timed_run(source, work / "httpx2.jsonl", config, concurrency,
-                                                          cache=False, http_client=client)
-                finally:
-                    await client.aclose()  # type: ignore[attr-defined]
-                line("httpx2 pool", wall, cpu, requests)
-            else:
-                print("httpx2 pool  (skipped: httpx2 is not installed)")
 
             cache_file = work / "cache.sqlite"
             wall, cpu, requests = await timed_run(source, work / "cold.jsonl", config, concurrency, cache=True,

@@ -145,6 +145,9 @@ class Judge:
         http_client: httpx.AsyncClient | None = None,
         cache: JudgeCache | None = None,
     ):
+        if http_client is not None and not isinstance(http_client, httpx.AsyncClient):
+            raise TypeError(f"http_client must be an httpx.AsyncClient, got {type(http_client).__module__}."
+                            f"{type(http_client).__qualname__}")
         self.config = config
         self.cache = cache
         self._owns_client = http_client is None

@@ -198,3 +198,8 @@ def test_api_key_is_never_shown_in_config_repr_or_dump():
 def test_api_key_is_read_from_the_named_environment_variable(monkeypatch):
     monkeypatch.setenv("MY_JUDGE_KEY", "from-env")
     assert JudgeConfig(api_key_env="MY_JUDGE_KEY").resolved_api_key() == "from-env"
+
+
+def test_an_http_client_that_is_not_httpx_is_refused():
+    with pytest.raises(TypeError, match="httpx.AsyncClient"):
+        Judge(config(), http_client=object())
