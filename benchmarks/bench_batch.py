@@ -7,9 +7,9 @@ with CONCURRENCY. Ideal time = rows x requests per row x latency / concurrency.
 
 Side by side in one run (the cache is off except where said):
   batch         what `reflection batch` does: the judge's connections spread over small
-                httpx pools (reflection/batch/_http.py)
-  one pool      the judge's connections in one httpx pool, as `Judge` builds by itself;
-                httpcore 1.0's pool costs CPU quadratic in its size
+                httpx pools (reflection/_http.py), the default client of every Judge
+  one pool      an `httpx.AsyncClient` with one pool of all the connections, passed as
+                http_client; httpcore 1.0's pool costs CPU quadratic in its size
   cold cache    the batch run again with a fresh SQLite judge cache (fills it)
   warm cache    a rerun of the finished batch into a new output: zero judge requests
 

@@ -24,6 +24,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from reflection._http import judge_http_client
 from reflection._json import dumps, parse_json
 from reflection.model import JudgeUsage
 
@@ -151,10 +152,7 @@ class Judge:
         self.config = config
         self.cache = cache
         self._owns_client = http_client is None
-        self._http = http_client or httpx.AsyncClient(
-            timeout=httpx.Timeout(config.timeout),
-            limits=httpx.Limits(max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency),
-        )
+        self._http = http_client or judge_http_client(config.max_concurrency, config.timeout)
         self._url = httpx.URL(config.base_url.rstrip("/") + "/chat/completions")  # parsed once, not per request
         self._headers = {
             "Authorization": f"Bearer {config.resolved_api_key()}",

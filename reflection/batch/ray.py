@@ -29,14 +29,12 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
 from reflection._cache import SQLiteJudgeCache
 from reflection._json import dumps, parse_json
-from reflection.batch._http import batch_http_client
 from reflection.batch.inputs import SourceRow, _decode_columns
 from reflection.batch.runner import BatchStats, _batch_judge, _Ids, _reflect_rows
 from reflection.config import ReflectionConfig
+from reflection.judge import Judge
 from reflection.pipeline import Reflector
 
 __all__ = ["OUTPUT_COLUMNS", "ReflectBatches", "reflect_with_ray"]
@@ -129,7 +127,7 @@ class ReflectBatches:
         self.cache_path = cache_path
         self._reflector: Reflector | None = None
         self._cache: SQLiteJudgeCache | None = None
-        self._http: httpx.AsyncClient | None = None
+        self._judge: Judge | None = None
         # One event loop per actor, on a thread, so the judge's connections stay warm across batches.
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="reflection-actor-loop", daemon=True)
@@ -139,10 +137,8 @@ class ReflectBatches:
         if self._reflector is None:
             if self.cache_path and self.config.judge is not None:
                 self._cache = SQLiteJudgeCache(self.cache_path)
-            if self.config.judge is not None:
-                self._http = batch_http_client(self.concurrency, self.config.judge.timeout)
-            judge = _batch_judge(self.config, self.concurrency, self._cache, self._http)
-            self._reflector = Reflector(self.config, judge=judge)
+            self._judge = _batch_judge(self.config, self.concurrency, self._cache)
+            self._reflector = Reflector(self.config, judge=self._judge)
         return self._reflector
 
     async def _reflect(self, sources: list[SourceRow]) -> list[dict[str, Any]]:
@@ -166,8 +162,8 @@ class ReflectBatches:
         }, schema=OUTPUT_SCHEMA())
 
     async def _aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
+        if self._judge is not None:
+            await self._judge.aclose()
         if self._cache is not None:
             await self._cache.aclose()
 

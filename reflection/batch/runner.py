@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from reflection._cache import SQLiteJudgeCache
-from reflection.batch._http import batch_http_client
 from reflection.batch._output import OutputFile
 from reflection.batch.inputs import SourceRow, count_rows, detect_format, read_source
 from reflection.batch.progress import BatchProgress, NoProgress
@@ -219,8 +218,6 @@ async def _reflector_for(
     async with contextlib.AsyncExitStack() as stack:
         if isinstance(cache, (str, Path)):
             cache = await stack.enter_async_context(SQLiteJudgeCache(cache))
-        if http_client is None and config.judge is not None:
-            http_client = await stack.enter_async_context(batch_http_client(concurrency, config.judge.timeout))
         judge = _batch_judge(config, concurrency, cache, http_client)
         if judge is not None:
             await stack.enter_async_context(judge)

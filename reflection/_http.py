@@ -1,4 +1,4 @@
-"""The judge's HTTP client for large batches: many small connection pools instead of one big one.
+"""The judge's default HTTP client: many small connection pools instead of one big one.
 
 httpcore 1.0's pool does work quadratic in its size on every request and response
 (`_assign_requests_to_connections` counts idle connections once per idle connection and
@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 
 import httpx
 
-__all__ = ["PER_POOL", "ShardedTransport", "batch_http_client"]
+__all__ = ["PER_POOL", "ShardedTransport", "judge_http_client"]
 
 PER_POOL = 2
 """Connections per inner pool: measured best at 64 concurrent requests (see bench_batch.py)."""
@@ -72,6 +72,6 @@ class ShardedTransport(httpx.AsyncBaseTransport):
             await pool.aclose()
 
 
-def batch_http_client(connections: int, timeout: float) -> httpx.AsyncClient:
+def judge_http_client(connections: int, timeout: float) -> httpx.AsyncClient:
     """An `httpx.AsyncClient` for a judge allowing `connections` requests at once."""
     return httpx.AsyncClient(timeout=httpx.Timeout(timeout), transport=ShardedTransport(connections))
