@@ -71,3 +71,17 @@ def test_check_with_the_judge_from_a_config_file_and_environment(tmp_path, monke
         result = runner.invoke(app, ["check", str(example_path("calls.jsonl")), "-o", str(out), "--config", str(config)])
     assert result.exit_code == 0, result.output
     assert {row["id"]: row for row in rows_of(out)}["weather-ok"]["usage"]["requests"] == 4  # env beats file
+
+
+def test_score_with_the_stand_in_judge_fills_the_judged_metrics(tmp_path):
+    out = tmp_path / "scores.jsonl"
+    with StandInJudge() as server:
+        result = runner.invoke(app, ["score", str(example_path("scoring/predictions.jsonl")), "--references",
+                                     str(example_path("scoring/references.jsonl")), "-o", str(out),
+                                     "--base-url", server.base_url, "--model", "stand-in"])
+    assert result.exit_code == 0, result.output
+    rows = rows_of(out)
+    judged = [row for row in rows if row["tool_selection_judged"] is not None]
+    assert judged and all(row["judge_error"] is None for row in rows)
+    assert all(row["tool_selection_judged"] == 1.0 for row in judged)
+    assert all(row["trajectory_correctness"] == row["trajectory_match"] for row in judged)  # min(match, 1.0)

@@ -27,7 +27,14 @@ from typing import Any
 import orjson
 
 from reflection._json import dumps
-from reflection.testing._protocol import check_reply, completion, request_data, requested_checks
+from reflection.testing._protocol import (
+    SCORE_REQUEST,
+    check_reply,
+    completion,
+    request_data,
+    requested_checks,
+    score_reply,
+)
 
 __all__ = ["FAULT_KINDS", "StandInJudge"]
 
@@ -36,11 +43,16 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requ
 
 
 def judge_reply(body: dict[str, Any]) -> dict[str, Any]:
-    """The stand-in's deterministic reply object for a judge request."""
+    """The stand-in's deterministic reply object for a judge request: a pass on every
+    check (a low hallucination score when grounding found a value nowhere), or 5 for a
+    scoring request."""
+    checks = requested_checks(body)
+    if tuple(checks) == SCORE_REQUEST:
+        return score_reply(5, "the stand-in judge scores every answer 5")
     data = request_data(body)
     ungrounded = [g["path"] for g in data.get("grounding", []) if g.get("found_in") == "nowhere"]
     reply = {}
-    for name in requested_checks(body):
+    for name in checks:
         if name == "general_hallucination_check" and ungrounded:
             reply[name] = check_reply(2, explanation=f"values found nowhere: {ungrounded}", confidence=0.8)
         else:
