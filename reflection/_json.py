@@ -32,7 +32,7 @@ def parse_json(text: str | bytes) -> Any:
     """
     try:
         return _DECODE(text)  # strict, and exact for big integers: the fast path
-    except Exception:  # noqa: BLE001 - not returned: orjson below re-reads it to name the error and where
+    except Exception:  # noqa: BLE001, S110 - not returned: orjson below re-reads it to name the error and where
         pass
     try:
         value = orjson.loads(text)
