@@ -58,7 +58,7 @@ def parse_json_keeping(text: bytes, keep: Container[str]) -> Any:
     """
     try:
         members = _MEMBERS.decode(text)
-    except msgspec.DecodeError:  # not JSON, or not an object (msgspec.ValidationError)
+    except Exception:  # noqa: BLE001 - not JSON, not an object, too deep: parse_json raises or parses it
         return parse_json(text)
     try:
         return {key: bytes(raw) if key in keep else parse_json(bytes(raw)) for key, raw in members.items()}

@@ -61,6 +61,12 @@ def test_a_bad_member_is_reported_at_its_place_in_the_whole_line():
         parse_json_keeping(b'{"id": 1, "call": ["\\ud800"]}', {"tools"})
 
 
+def test_a_line_nested_deeper_than_json_parsers_go_is_a_value_error():
+    line = b'{"call": ' + b"[" * 3000 + b"]" * 3000 + b"}"
+    with pytest.raises(ValueError, match="depth"):
+        parse_json_keeping(line, {"tools"})
+
+
 def test_a_line_that_is_not_an_object_parses_as_usual():
     assert parse_json_keeping(b"[1, 2]", {"tools"}) == [1, 2]
 
