@@ -10,12 +10,11 @@ from typing import Self
 
 import httpx
 import respx
-import typer
+from test_scoring_cli import app, write  # the score command's test app and row writer
 from typer.testing import CliRunner
 
 from reflection.judge import Judge, JudgeConfig
 from reflection.scoring import JUDGED_KEYS, SCORE_KEYS, ascore_files, score_files
-from reflection.scoring._cli import score
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "scoring"
 PREDICTIONS, REFERENCES = EXAMPLES / "predictions.jsonl", EXAMPLES / "references.jsonl"
@@ -27,18 +26,6 @@ ROW_KEYS = ["id", "expected_tool", "predicted_tool", *SCORE_KEYS, *JUDGED_KEYS,
 JUDGED_IDS = {"weather-1", "weather-2", "search-1", "no-call-1", "unknown-1", "chitchat-1"}
 WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Current weather.",
                                                  "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
-
-
-def app() -> typer.Typer:
-    cli = typer.Typer()
-    cli.command("score")(score)
-    cli.command("noop")(lambda: None)  # two commands, so "score" is addressed by name as in reflection.cli
-    return cli
-
-
-def write(path: Path, rows) -> Path:
-    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n", encoding="utf-8")
-    return path
 
 
 def judge_config_file(tmp_path: Path, base_url: str, model: str) -> Path:
