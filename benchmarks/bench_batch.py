@@ -12,6 +12,9 @@ Side by side in one run (the cache is off except where said):
                 http_client; httpcore 1.0's pool costs CPU quadratic in its size
   cold cache    the batch run again with a fresh SQLite judge cache (fills it)
   warm cache    a rerun of the finished batch into a new output: zero judge requests
+  bare client   no reflection at all: the judge's default client (reflection/_http.py) posts
+                ROWS judge requests captured from the warm-up, CONCURRENCY at a time, and
+                parses each reply; the floor any httpx-based client sets on this machine
 
 For each: wall time, ratio to the ideal, and client CPU per row. When client CPU x rows is
 above the ideal time the run is CPU-bound: no scheduling can reach the ideal on one core.
@@ -35,6 +38,9 @@ sys.path.insert(0, str(ROOT))
 
 import anyio  # noqa: E402
 import httpx  # noqa: E402
+import orjson  # noqa: E402
+
+from reflection._http import judge_http_client  # noqa: E402
 
 from reflection.batch import read_report, run_batch  # noqa: E402
 from reflection.batch._synthetic import synthetic_rows, write_jsonl  # noqa: E402
@@ -60,6 +66,23 @@ async def timed_run(source: Path, output: Path, config: ReflectionConfig, concur
     return time.perf_counter() - wall, time.process_time() - cpu, stats.judge_requests
 
 
+async def bare_client(url: str, bodies: list[bytes], rows: int, concurrency: int, timeout: float) -> tuple[float, float, int]:
+    """Post `rows` captured judge requests, `concurrency` at a time, with no reflection around them."""
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer none"}
+    async with judge_http_client(concurrency, timeout) as client:
+        async def worker(share: range) -> None:
+            for i in share:
+                response = await client.post(url, content=bodies[i % len(bodies)], headers=headers)
+                response.raise_for_status()
+                orjson.loads(response.content)
+
+        wall, cpu = time.perf_counter(), time.process_time()
+        async with anyio.create_task_group() as tg:
+            for k in range(concurrency):
+                tg.start_soon(worker, range(k, rows, concurrency))
+        return time.perf_counter() - wall, time.process_time() - cpu, rows
+
+
 async def main(rows: int, concurrency: int, latency: float) -> None:
     server, base_url = start_server(latency)
     try:
@@ -68,7 +91,15 @@ async def main(rows: int, concurrency: int, latency: float) -> None:
             work = Path(tmp)
             source = write_jsonl(work / "in.jsonl", synthetic_rows(rows, ("valid", "ungrounded")))
             warmup = write_jsonl(work / "warmup.jsonl", synthetic_rows(2 * concurrency, ("valid",)))
-            await run_batch(warmup, work / "warmup.out.jsonl", config=config, concurrency=concurrency, cache=False)
+            bodies: list[bytes] = []
+
+            async def capture(request: httpx.Request) -> None:
+                bodies.append(request.content)
+
+            async with judge_http_client(concurrency, config.judge.timeout) as capturing:
+                capturing.event_hooks["request"] = [capture]
+                await run_batch(warmup, work / "warmup.out.jsonl", config=config, concurrency=concurrency,
+                                cache=False, http_client=capturing)
 
             ideal = rows * 1 * latency / concurrency
             print(f"batch throughput: {rows:,} rows x 1 request/row, judge latency {latency * 1000:.0f} ms, "
@@ -98,6 +129,8 @@ async def main(rows: int, concurrency: int, latency: float) -> None:
                                                   cache_path=cache_file)
             assert requests == 0, requests
             line("warm cache", wall, cpu, requests)
+            line("bare client", *await bare_client(f"{base_url}/chat/completions", bodies, rows, concurrency,
+                                                   config.judge.timeout))
             print(f"latency per row (batch run): p50 {report.latency_ms.p50:.1f} ms, p95 {report.latency_ms.p95:.1f} ms")
     finally:
         server.terminate()
