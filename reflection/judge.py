@@ -294,8 +294,7 @@ class Judge:
             totals["requests"] += 1
             totals["prompt_chars"] += sum(len(m["content"]) for m in conversation)
             try:
-                async with self.limiter:
-                    completion = await self._post(body)
+                completion = await self._post_limited(body)
             except (openai.BadRequestError, openai.UnprocessableEntityError):
                 fallback = _FALLBACK[mode]
                 if self.config.structured_output != "auto" or fallback is None:
@@ -312,6 +311,20 @@ class Judge:
             if not content or not isinstance(content, str):
                 raise InvalidReply("the judge returned an empty message")
             return _strip_fences(content)
+
+    async def _post_limited(self, body: dict[str, Any]) -> dict[str, Any]:
+        """`_post` holding one of the limiter's tokens. A free token is taken without the
+        scheduling checkpoint `async with limiter` costs (about 10 µs a request); the request
+        itself yields to the event loop soon enough."""
+        limiter = self.limiter
+        try:
+            limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            await limiter.acquire()
+        try:
+            return await self._post(body)
+        finally:
+            limiter.release()
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         """POST one Chat Completions request; the decoded completion, or the SDK's exception.
