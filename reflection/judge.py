@@ -10,16 +10,17 @@ does the retries. Structured output is negotiated once per endpoint: `json_schem
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 import anyio
 import httpx
-import openai
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
@@ -27,6 +28,9 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from reflection._http import judge_http_client
 from reflection._json import dumps, parse_json
 from reflection.model import JudgeUsage
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = ["Judge", "JudgeAnswer", "JudgeCache", "JudgeConfig", "JudgeError", "Price", "InvalidReply"]
 
@@ -100,21 +104,31 @@ class JudgeCache(Protocol):
     async def put(self, key: str, value: Any) -> None: ...
 
 
+@functools.cache
+def _sdk() -> ModuleType:
+    """The `openai` SDK, for its exception types only. Importing it takes ~0.7 s (most of
+    `import reflection`), so it waits until a `Judge` is built: static-only use never pays it,
+    and a judge's first error never stalls the event loop on an import."""
+    import openai
+
+    return openai
+
+
 # One negotiated structured-output mode per endpoint (base_url, model), shared by all judges.
 _ENDPOINT_MODES: dict[tuple[str, str], StructuredMode] = {}
 _FALLBACK: dict[StructuredMode, StructuredMode | None] = {"json_schema": "json_object", "json_object": "prompt", "prompt": None}
 
 
 def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, InvalidReply)):
+    if isinstance(exc, (_sdk().APITimeoutError, _sdk().APIConnectionError, InvalidReply)):
         return True
-    if isinstance(exc, openai.APIStatusError):
+    if isinstance(exc, _sdk().APIStatusError):
         return exc.status_code == 429 or exc.status_code == 408 or exc.status_code >= 500
     return False
 
 
 def _retry_after(exc: BaseException | None) -> float | None:
-    if not isinstance(exc, openai.APIStatusError):
+    if not isinstance(exc, _sdk().APIStatusError):
         return None
     value = exc.response.headers.get("retry-after")
     if value is None:
@@ -126,11 +140,11 @@ def _retry_after(exc: BaseException | None) -> float | None:
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, openai.APIStatusError):
+    if isinstance(exc, _sdk().APIStatusError):
         return f"HTTP {exc.status_code} from the judge endpoint"
-    if isinstance(exc, openai.APITimeoutError):
+    if isinstance(exc, _sdk().APITimeoutError):
         return "the judge request timed out"
-    if isinstance(exc, openai.APIConnectionError):
+    if isinstance(exc, _sdk().APIConnectionError):
         return "could not connect to the judge endpoint"
     return str(exc)
 
@@ -149,6 +163,7 @@ class Judge:
         if http_client is not None and not isinstance(http_client, httpx.AsyncClient):
             raise TypeError(f"http_client must be an httpx.AsyncClient, got {type(http_client).__module__}."
                             f"{type(http_client).__qualname__}")
+        _sdk()  # now, not at the first error
         self.config = config
         self.cache = cache
         self._owns_client = http_client is None
@@ -245,7 +260,7 @@ class Judge:
                     except Exception as exc:  # noqa: BLE001 - any validation failure is re-asked
                         self._reask(conversation, raw_reply, str(exc))
                         raise InvalidReply(f"the judge reply failed validation: {exc}") from None
-        except (openai.APIError, InvalidReply) as exc:
+        except (_sdk().APIError, InvalidReply) as exc:
             raise JudgeError(f"{_describe(exc)} (after {totals['requests']} request(s))", self._usage(totals)) from exc
         if self.cache is not None and cache_key is not None:
             await self.cache.put(cache_key, data)
@@ -295,7 +310,7 @@ class Judge:
             totals["prompt_chars"] += sum(len(m["content"]) for m in conversation)
             try:
                 completion = await self._post_limited(body)
-            except (openai.BadRequestError, openai.UnprocessableEntityError):
+            except (_sdk().BadRequestError, _sdk().UnprocessableEntityError):
                 fallback = _FALLBACK[mode]
                 if self.config.structured_output != "auto" or fallback is None:
                     raise
@@ -339,9 +354,9 @@ class Judge:
         try:
             response = await self._http.send(request)
         except httpx.TimeoutException as exc:
-            raise openai.APITimeoutError(request=request) from exc  # type: ignore[arg-type]
+            raise _sdk().APITimeoutError(request=request) from exc  # type: ignore[arg-type]
         except httpx.RequestError as exc:
-            raise openai.APIConnectionError(message=f"Connection error: {exc}", request=request) from exc  # type: ignore[arg-type]
+            raise _sdk().APIConnectionError(message=f"Connection error: {exc}", request=request) from exc  # type: ignore[arg-type]
         try:
             data = orjson.loads(response.content)
         except orjson.JSONDecodeError:
@@ -356,20 +371,20 @@ class Judge:
 def _status_error(response: httpx.Response, data: Any) -> openai.APIStatusError:
     """The SDK's exception for an HTTP error status (its own status-to-class mapping)."""
     body = data.get("error", data) if isinstance(data, dict) else (data if data is not None else response.text)
-    cls = _STATUS_ERRORS.get(response.status_code)
-    if cls is None:
-        cls = openai.InternalServerError if response.status_code >= 500 else openai.APIStatusError
+    sdk = _sdk()
+    name = _STATUS_ERRORS.get(response.status_code)
+    cls = getattr(sdk, name) if name else sdk.InternalServerError if response.status_code >= 500 else sdk.APIStatusError
     return cls(f"Error code: {response.status_code} - {body}", response=response, body=body)  # type: ignore[arg-type]
 
 
-_STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
-    400: openai.BadRequestError,
-    401: openai.AuthenticationError,
-    403: openai.PermissionDeniedError,
-    404: openai.NotFoundError,
-    409: openai.ConflictError,
-    422: openai.UnprocessableEntityError,
-    429: openai.RateLimitError,
+_STATUS_ERRORS: dict[int, str] = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    409: "ConflictError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
 }
 
 

@@ -1,5 +1,8 @@
 """The judge client against a respx-mocked OpenAI-compatible endpoint."""
 
+import subprocess
+import sys
+
 import anyio
 import httpx
 import pytest
@@ -92,6 +95,37 @@ async def test_transient_failures_are_retried(failure):
         async with Judge(config()) as judge:
             assert (await ask(judge)).value == 5
         assert route.call_count == 2
+
+
+@pytest.mark.parametrize(("status", "error", "requests"), [
+    (429, "RateLimitError", 3),  # retried until max_attempts
+    (500, "InternalServerError", 3),
+    (401, "AuthenticationError", 1),  # not retried
+    (404, "NotFoundError", 1),
+])
+async def test_http_failures_surface_as_the_openai_sdks_exception_types(status, error, requests):
+    import openai
+
+    with respx.mock(base_url=BASE) as mock:
+        route = mock.post("/chat/completions").mock(
+            return_value=httpx.Response(status, headers={"retry-after": "0"}, json={"error": {"message": "no"}}))
+        async with Judge(config()) as judge:
+            with pytest.raises(JudgeError, match=f"HTTP {status} from the judge endpoint") as info:
+                await ask(judge)
+    assert type(info.value.__cause__) is getattr(openai, error)
+    assert info.value.__cause__.status_code == status
+    assert route.call_count == requests
+
+
+def test_static_only_use_never_imports_the_openai_sdk():
+    # The SDK (for exception types only) is most of the import time; a Judge imports it.
+    code = ("import sys, reflection\n"
+            "result = reflection.check_call({'name': 'f', 'arguments': {}}, [{'name': 'f', 'parameters': {}}])\n"
+            "assert result.valid, result\n"
+            "assert 'openai' not in sys.modules, 'static-only use imported openai'\n"
+            "reflection.Judge(reflection.JudgeConfig(api_key='k'))\n"
+            "assert 'openai' in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 @respx.mock(base_url=BASE)
