@@ -16,7 +16,8 @@ Side by side in one run (the cache is off except where said):
                 ROWS judge requests captured from the warm-up, CONCURRENCY at a time, and
                 parses each reply; the floor any httpx-based client sets on this machine
 
-For each: wall time, ratio to the ideal, and client CPU per row. When client CPU x rows is
+For each: wall time, ratio to the ideal, client CPU per row, and the stand-in judge's own
+CPU per request (it shares the machine's cores with the client). When client CPU x rows is
 above the ideal time the run is CPU-bound: no scheduling can reach the ideal on one core.
 
     python benchmarks/bench_batch.py [--rows 5000] [--concurrency 64] [--latency 0.05]
@@ -56,6 +57,16 @@ def start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
     )
     assert server.stdout is not None
     return server, server.stdout.readline().strip()
+
+
+def judge_cpu(pid: int) -> float:
+    """CPU seconds the stand-in judge process has used so far (0.0 where /proc is missing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 async def timed_run(source: Path, output: Path, config: ReflectionConfig, concurrency: int, *,
@@ -104,10 +115,16 @@ async def main(rows: int, concurrency: int, latency: float) -> None:
             ideal = rows * 1 * latency / concurrency
             print(f"batch throughput: {rows:,} rows x 1 request/row, judge latency {latency * 1000:.0f} ms, "
                   f"concurrency {concurrency}; ideal {ideal:.2f} s")
-            print(f"{'run':<12} {'requests':>9} {'wall s':>8} {'x ideal':>8} {'client CPU ms/row':>18} {'CPU-bound floor s':>18}")
+            print(f"{'run':<12} {'requests':>9} {'wall s':>8} {'x ideal':>8} {'client CPU ms/row':>18} "
+                  f"{'CPU-bound floor s':>18} {'judge CPU ms/req':>17}")
+            judge_mark = [judge_cpu(server.pid)]
 
             def line(name: str, wall: float, cpu: float, requests: int) -> None:
-                print(f"{name:<12} {requests:>9,} {wall:>8.2f} {wall / ideal:>8.2f} {cpu / rows * 1000:>18.3f} {cpu:>18.2f}")
+                judge = judge_cpu(server.pid)
+                per_request = f"{(judge - judge_mark[0]) / requests * 1000:>17.3f}" if requests and judge else f"{'-':>17}"
+                judge_mark[0] = judge
+                print(f"{name:<12} {requests:>9,} {wall:>8.2f} {wall / ideal:>8.2f} {cpu / rows * 1000:>18.3f} "
+                      f"{cpu:>18.2f} {per_request}")
 
             out = work / "batch.jsonl"
             wall, cpu, requests = await timed_run(source, out, config, concurrency, cache=False)
