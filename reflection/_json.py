@@ -82,28 +82,47 @@ def dumps(value: Any) -> str:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _is_json_like(value: Any) -> bool:
-    # The common case (everything is JSON-like) level by level, without a path per node.
-    level = [value]
-    for _ in range(_MAX_DEPTH):
-        below: list[Any] = []
-        for item in level:
-            kind = type(item)
-            if kind is str or kind is int or kind is float or kind is bool or item is None:
-                continue
-            if kind is dict and all(type(key) is str for key in item):
-                below.extend(item.values())
-            elif kind is list or kind is tuple:
-                below.extend(item)
-            elif non_json_location(item) is not None:  # subclasses and the rest: the exact check
-                return False
-        if not below:
-            return True
-        level = below
-    return non_json_location(value) is None  # deeper than JSON goes (or a cycle): the exact check
+_FINITE, _NON_FINITE, _EXACT = 0, 1, 2
+_SCAN_DEPTH = 200
 
 
-_MAX_DEPTH = 1000
+def _scan(value: Any, depth: int = 0) -> int:
+    """`_FINITE` or `_NON_FINITE` when `value` is plainly JSON-like (exact dict, list, tuple,
+    str, int, float, bool, None at every level), telling whether a NaN or infinity hides in
+    it; `_EXACT` when only the exact checks can tell (subclasses, other objects, very deep).
+
+    One walk answers both questions the API boundary asks, so a call is not walked twice.
+    """
+    kind = type(value)
+    if kind is dict:
+        for key in value:
+            if type(key) is not str:
+                return _EXACT
+        value = value.values()
+    elif not (kind is list or kind is tuple):
+        if kind is str or kind is int or kind is bool or value is None:
+            return _FINITE
+        if kind is float:
+            return _NON_FINITE if value - value else _FINITE  # inf - inf and NaN - NaN are NaN
+        return _EXACT
+    found = _FINITE
+    for item in value:
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is float:
+            if item - item:
+                found = _NON_FINITE
+            continue
+        if depth >= _SCAN_DEPTH:
+            return _EXACT
+        state = _scan(item, depth + 1)
+        if state == _EXACT:
+            return _EXACT
+        found |= state
+    return found
+
+
 
 
 def non_json_location(value: Any, path: str = "$") -> str | None:
@@ -131,12 +150,19 @@ def non_json_location(value: Any, path: str = "$") -> str | None:
     return f"{path} ({type(value).__name__})"
 
 
-def require_json_like(value: Any, argument: str) -> None:
-    """Raise TypeError naming `argument` when `value` is not JSON-like (API misuse)."""
-    if _is_json_like(value):
-        return
+def require_json_like(value: Any, argument: str) -> bool:
+    """Raise TypeError naming `argument` when `value` is not JSON-like (API misuse).
+
+    Returns True when `value` holds no NaN or infinity (what `has_non_finite` tells), so
+    callers that need both answers walk it once.
+    """
+    state = _scan(value)
+    if state != _EXACT:
+        return state == _FINITE
     where = non_json_location(value)
-    raise TypeError(f"{argument}: expected a JSON-like value, found a non-JSON object at {where}")
+    if where is not None:
+        raise TypeError(f"{argument}: expected a JSON-like value, found a non-JSON object at {where}")
+    return not has_non_finite(value)
 
 
 def has_non_finite(value: Any) -> bool:
@@ -144,9 +170,12 @@ def has_non_finite(value: Any) -> bool:
     if isinstance(value, float):
         return not math.isfinite(value)
     if isinstance(value, dict):
-        return any(has_non_finite(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(has_non_finite(v) for v in value)
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
+        return False
+    for item in value:  # a loop, not any(<generator>): one frame per level of nesting
+        if has_non_finite(item):
+            return True
     return False
 
 

@@ -220,32 +220,32 @@ def normalize_calls(raw: Any) -> list[ToolCall]:
         return [raw]
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(c, ToolCall) for c in raw):
         return list(raw)
-    parsed = isinstance(raw, (str, bytes))
-    if parsed:
+    if isinstance(raw, (str, bytes)):
         try:
             raw = parse_json(raw)
         except ValueError as exc:
             return [ToolCall(name="", error=f"tool call is not valid JSON: {exc}")]
+        finite = True  # parse_json rejects NaN and Infinity
     else:
-        require_json_like(raw, "call")
-    return _normalize_calls(raw, parsed)
+        finite = require_json_like(raw, "call")
+    return _normalize_calls(raw, finite)
 
 
-def _normalize_calls(raw: Any, parsed: bool) -> list[ToolCall]:
-    # `raw` is known to be JSON-like; `parsed` when it came from JSON text (so it holds no NaN).
+def _normalize_calls(raw: Any, finite: bool) -> list[ToolCall]:
+    # `raw` is known to be JSON-like; `finite` when it is known to hold no NaN or infinity.
     if isinstance(raw, (list, tuple)):
         if not raw:
             return [ToolCall(name="", error="no tool call was given (an empty list)")]
-        return [_normalize_call(item, parsed) for item in raw]
+        return [_normalize_call(item, finite) for item in raw]
     if isinstance(raw, dict):
         if isinstance(raw.get("tool_calls"), list) and "function" not in raw:
-            return _normalize_calls(raw["tool_calls"], parsed)
+            return _normalize_calls(raw["tool_calls"], finite)
         if raw.get("role") == "assistant" and isinstance(raw.get("content"), list):
             uses = [b for b in raw["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
             if uses:
-                return [_normalize_call(b, parsed) for b in uses]
+                return [_normalize_call(b, finite) for b in uses]
             return [ToolCall(name="", error="the assistant message carries no tool call")]
-    return [_normalize_call(raw, parsed)]
+    return [_normalize_call(raw, finite)]
 
 
 _ARGUMENT_KEYS = ("arguments", "args", "input_parameters", "input")
@@ -258,11 +258,10 @@ def normalize_call(raw: Any) -> ToolCall:
     """
     if isinstance(raw, ToolCall):
         return raw
-    require_json_like(raw, "call")
-    return _normalize_call(raw, False)
+    return _normalize_call(raw, require_json_like(raw, "call"))
 
 
-def _normalize_call(raw: Any, parsed: bool) -> ToolCall:
+def _normalize_call(raw: Any, finite: bool) -> ToolCall:
     # `raw` is known to be JSON-like (the caller checked the whole value once).
     if not isinstance(raw, dict):
         return ToolCall(name="", error=f"a tool call must be an object, got {_kind(raw)}")
@@ -275,11 +274,11 @@ def _normalize_call(raw: Any, parsed: bool) -> ToolCall:
     present = [key for key in _ARGUMENT_KEYS if key in body]
     if not present:
         return ToolCall(name=name, id=call_id, arguments={})
-    arguments, raw_text, error = _read_arguments(body[present[0]], parsed)
+    arguments, raw_text, error = _read_arguments(body[present[0]], finite)
     return ToolCall(name=name, id=call_id, arguments=arguments, raw_arguments=raw_text, error=error)
 
 
-def _read_arguments(raw_args: Any, parsed: bool) -> tuple[dict[str, Any] | None, str | None, str | None]:
+def _read_arguments(raw_args: Any, finite: bool) -> tuple[dict[str, Any] | None, str | None, str | None]:
     raw_text = None
     if isinstance(raw_args, str):
         raw_text = raw_args
@@ -289,11 +288,10 @@ def _read_arguments(raw_args: Any, parsed: bool) -> tuple[dict[str, Any] | None,
             raw_args = parse_json(raw_args)
         except ValueError as exc:
             return None, raw_text, f"arguments are not valid JSON: {exc}"
-        parsed = True
+        finite = True  # text that parse_json accepts holds no NaN or infinity
     if not isinstance(raw_args, dict):
         return None, raw_text, f"arguments must be a JSON object, got {_kind(raw_args)}"
-    # Text that parse_json accepts holds no NaN or infinity (orjson rejects them first).
-    if not parsed and has_non_finite(raw_args):
+    if not finite and has_non_finite(raw_args):
         return None, raw_text, "arguments contain NaN or Infinity, which JSON cannot represent"
     return raw_args, raw_text, None
 

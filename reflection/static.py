@@ -126,8 +126,8 @@ def _checked_tool_call(call: ToolCall, argument: str) -> ToolCall:
     if call.error is None and not call.name.strip():
         return call.model_copy(update={"error": "the tool call has no function name"})
     if call.arguments is not None:
-        require_json_like(call.arguments, argument)
-        if call.error is None and has_non_finite(call.arguments):
+        finite = require_json_like(call.arguments, argument)
+        if call.error is None and not finite:
             return call.model_copy(update={
                 "arguments": None, "error": "arguments contain NaN or Infinity, which JSON cannot represent"})
     return call

@@ -105,3 +105,41 @@ def test_json_like_check_accepts_str_subclass_keys_and_names_the_first_bad_part(
         require_json_like({"a": [1, uuid.uuid4()]}, "call")
     with pytest.raises(TypeError, match=r"key 2 of type int"):
         require_json_like([[1, {2: 3}]], "call")
+
+
+class _Float(float):
+    pass
+
+
+def _nested(depth: int, leaf: object) -> object:
+    value = leaf
+    for _ in range(depth):
+        value = {"a": [value]}
+    return value
+
+
+@pytest.mark.parametrize(("value", "finite"), [
+    ({"a": [1, "x", None, True, 2.5, {"b": ()}]}, True),
+    ({"a": [1, {"b": float("inf")}]}, False),
+    ([float("nan")], False),
+    (float("-inf"), False),
+    ({"a": _Float("nan")}, False),  # subclasses go through the exact check
+    ({"a": [_Float(1.5)]}, True),
+    (_nested(300, 1.0), True),  # deeper than the one-walk scan: the exact check answers
+    (_nested(300, float("nan")), False),
+])
+def test_json_like_check_also_tells_whether_the_value_is_finite(value, finite):
+    assert require_json_like(value, "call") is finite
+
+
+@pytest.mark.parametrize("call", [
+    {"name": "w", "arguments": {"x": [1, {"y": float("inf")}]}},
+    {"type": "tool_use", "id": "t1", "name": "w", "input": {"x": _Float("nan")}},
+])
+def test_non_finite_numbers_anywhere_in_object_arguments_are_a_data_error(call):
+    assert "NaN or Infinity" in normalize_calls(call)[0].error
+
+
+def test_non_finite_numbers_outside_the_arguments_do_not_fail_the_call():
+    call = {"name": "w", "arguments": {"x": 1}, "extra": float("nan")}
+    assert normalize_calls(call)[0].error is None
