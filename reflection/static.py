@@ -53,6 +53,7 @@ from reflection.model import (
     ToolCall,
     ToolInventory,
     ToolSpec,
+    _trusted,
 )
 
 __all__ = ["check_call", "check_calls"]
@@ -405,8 +406,9 @@ class _Issue:
         return _path(self.segments)
 
     def finding(self) -> Finding:
-        return Finding(check=self.check, path=self.path, message=self.message,
-                       expected=self.expected, actual=self.actual, keyword=self.keyword)
+        # Every value here is the checker's own (exact str, tuples): no validation needed.
+        return _trusted(Finding, check=self.check, path=self.path, message=self.message,
+                        expected=self.expected, actual=self.actual, keyword=self.keyword)
 
 
 Failures = dict[str, list[_Issue]]
@@ -462,13 +464,15 @@ def _choices(options: list[Any] | tuple[Any, ...], limit: int = 10) -> str:
 def _check(call: ToolCall, prepared: _Prepared) -> StaticResult:
     failures, warnings = _evaluate(call, prepared)
     checks = dict(_ALL_PASS)
+    # The result objects hold only the checker's own values (a validated call, fresh dicts,
+    # tuples of exact str): built without validation, identical to StaticResult(...).
     if not failures:
-        return StaticResult(call=call, checks=checks, warnings=warnings)
+        return _trusted(StaticResult, call=call, checks=checks, warnings=warnings)
     correction, notes = suggest_correction(call, failures, lambda c: _evaluate(c, prepared)[0])
     for name, issues in failures.items():
-        checks[name] = CheckResult(passed=False, findings=tuple(issue.finding() for issue in issues))
-    return StaticResult(call=call, checks=checks, warnings=warnings, correction=correction,
-                        correction_notes=tuple(notes))
+        checks[name] = _trusted(CheckResult, passed=False, findings=tuple(issue.finding() for issue in issues))
+    return _trusted(StaticResult, call=call, checks=checks, warnings=warnings, correction=correction,
+                    correction_notes=tuple(notes))
 
 
 def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str, ...]]:
