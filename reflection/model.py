@@ -47,7 +47,13 @@ class _Frozen(BaseModel):
 
 _M = TypeVar("_M", bound=_Frozen)
 _UNSET_FIELDS: dict[type[Any], dict[str, Any]] = {}
+_new = object.__new__
 _set_attribute = object.__setattr__
+# The three per-instance slots every pydantic model has, set through their descriptors
+# (as model_construct does, minus the attribute lookups).
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 def _trusted(cls: type[_M], **values: Any) -> _M:
@@ -60,20 +66,25 @@ def _trusted(cls: type[_M], **values: Any) -> _M:
     `model_fields_set`, `model_dump`, equality), as pydantic's own `model_construct` makes
     it, at a fraction of the cost of either.
     """
-    defaults = _UNSET_FIELDS.get(cls)
-    if defaults is None:  # every field in declaration order, with its default
-        if any(info.default_factory is not None for info in cls.model_fields.values()):
-            raise TypeError(f"{cls.__name__} has a default factory; build it with {cls.__name__}(...)")
-        defaults = {name: None if info.is_required() else info.default for name, info in cls.model_fields.items()}
-        _UNSET_FIELDS[cls] = defaults
-    state = dict(defaults)
-    state.update(values)
-    model = cls.__new__(cls)
-    _set_attribute(model, "__dict__", state)
-    _set_attribute(model, "__pydantic_fields_set__", set(values))
-    _set_attribute(model, "__pydantic_extra__", None)
-    _set_attribute(model, "__pydantic_private__", None)
+    try:
+        defaults = _UNSET_FIELDS[cls]
+    except KeyError:
+        defaults = _defaults(cls)
+    model = _new(cls)
+    _set_attribute(model, "__dict__", {**defaults, **values})
+    _set_fields_set(model, set(values))
+    _set_extra(model, None)
+    _set_private(model, None)
     return model
+
+
+def _defaults(cls: type[_Frozen]) -> dict[str, Any]:
+    # Every field in declaration order, with its default (required ones are always given).
+    if any(info.default_factory is not None for info in cls.model_fields.values()):
+        raise TypeError(f"{cls.__name__} has a default factory; build it with {cls.__name__}(...)")
+    defaults = {name: None if info.is_required() else info.default for name, info in cls.model_fields.items()}
+    _UNSET_FIELDS[cls] = defaults
+    return defaults
 
 
 class ToolSpec(_Frozen):
