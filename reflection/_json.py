@@ -82,47 +82,48 @@ def dumps(value: Any) -> str:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-_FINITE, _NON_FINITE, _EXACT = 0, 1, 2
+FINITE = 1
+"""`require_json_like` flag: the value holds no NaN or infinity."""
+PLAIN = 2
+"""`require_json_like` flag: exact dict (str keys), list, tuple, str, int, float, bool or None
+at every level, no subclass: what pydantic would store unchanged (dicts shallow-copied)."""
 _SCAN_DEPTH = 200
 
 
 def _scan(value: Any, depth: int = 0) -> int:
-    """`_FINITE` or `_NON_FINITE` when `value` is plainly JSON-like (exact dict, list, tuple,
-    str, int, float, bool, None at every level), telling whether a NaN or infinity hides in
-    it; `_EXACT` when only the exact checks can tell (subclasses, other objects, very deep).
+    """`PLAIN`, with `FINITE` unless a NaN or infinity hides in it, when `value` is plainly
+    JSON-like; 0 when only the exact checks can tell (subclasses, other objects, very deep).
 
-    One walk answers both questions the API boundary asks, so a call is not walked twice.
+    One walk answers what the API boundary asks, so a call is not walked twice.
     """
     kind = type(value)
     if kind is dict:
         for key in value:
             if type(key) is not str:
-                return _EXACT
+                return 0
         value = value.values()
     elif not (kind is list or kind is tuple):
         if kind is str or kind is int or kind is bool or value is None:
-            return _FINITE
+            return PLAIN | FINITE
         if kind is float:
-            return _NON_FINITE if value - value else _FINITE  # inf - inf and NaN - NaN are NaN
-        return _EXACT
-    found = _FINITE
+            return PLAIN if value - value else PLAIN | FINITE  # inf - inf and NaN - NaN are NaN
+        return 0
+    found = PLAIN | FINITE
     for item in value:
         kind = type(item)
         if kind is str or kind is int or kind is bool or item is None:
             continue
         if kind is float:
             if item - item:
-                found = _NON_FINITE
+                found = PLAIN
             continue
         if depth >= _SCAN_DEPTH:
-            return _EXACT
+            return 0
         state = _scan(item, depth + 1)
-        if state == _EXACT:
-            return _EXACT
-        found |= state
+        if not state:
+            return 0
+        found &= state
     return found
-
-
 
 
 def non_json_location(value: Any, path: str = "$") -> str | None:
@@ -150,19 +151,20 @@ def non_json_location(value: Any, path: str = "$") -> str | None:
     return f"{path} ({type(value).__name__})"
 
 
-def require_json_like(value: Any, argument: str) -> bool:
+def require_json_like(value: Any, argument: str) -> int:
     """Raise TypeError naming `argument` when `value` is not JSON-like (API misuse).
 
-    Returns True when `value` holds no NaN or infinity (what `has_non_finite` tells), so
-    callers that need both answers walk it once.
+    Returns flags, so callers that need more than this answer walk the value once:
+    `FINITE` when it holds no NaN or infinity (what `has_non_finite` tells), `PLAIN` when
+    every part of it has an exact JSON type (see `PLAIN`).
     """
     state = _scan(value)
-    if state != _EXACT:
-        return state == _FINITE
+    if state:
+        return state
     where = non_json_location(value)
     if where is not None:
         raise TypeError(f"{argument}: expected a JSON-like value, found a non-JSON object at {where}")
-    return not has_non_finite(value)
+    return 0 if has_non_finite(value) else FINITE
 
 
 def has_non_finite(value: Any) -> bool:

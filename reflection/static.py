@@ -37,6 +37,7 @@ import orjson
 
 from reflection._corrections import closest_name, suggest_correction
 from reflection._json import (
+    FINITE,
     canonical_bytes,
     dumps,
     has_non_finite,
@@ -127,7 +128,7 @@ def _checked_tool_call(call: ToolCall, argument: str) -> ToolCall:
     if call.error is None and not call.name.strip():
         return call.model_copy(update={"error": "the tool call has no function name"})
     if call.arguments is not None:
-        finite = require_json_like(call.arguments, argument)
+        finite = require_json_like(call.arguments, argument) & FINITE
         if call.error is None and not finite:
             return call.model_copy(update={
                 "arguments": None, "error": "arguments contain NaN or Infinity, which JSON cannot represent"})

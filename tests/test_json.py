@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reflection._json import parse_json, parse_json_keeping, require_json_like
+from reflection._json import (
+    FINITE,
+    PLAIN,
+    parse_json,
+    parse_json_keeping,
+    require_json_like,
+)
 from reflection.formats import normalize_calls, normalize_tools
 from reflection.rows import parse_line, read_row
 from reflection.static import check_call
@@ -111,6 +117,10 @@ class _Float(float):
     pass
 
 
+class _Str(str):
+    pass
+
+
 def _nested(depth: int, leaf: object) -> object:
     value = leaf
     for _ in range(depth):
@@ -118,18 +128,20 @@ def _nested(depth: int, leaf: object) -> object:
     return value
 
 
-@pytest.mark.parametrize(("value", "finite"), [
-    ({"a": [1, "x", None, True, 2.5, {"b": ()}]}, True),
-    ({"a": [1, {"b": float("inf")}]}, False),
-    ([float("nan")], False),
-    (float("-inf"), False),
-    ({"a": _Float("nan")}, False),  # subclasses go through the exact check
-    ({"a": [_Float(1.5)]}, True),
-    (_nested(300, 1.0), True),  # deeper than the one-walk scan: the exact check answers
-    (_nested(300, float("nan")), False),
+@pytest.mark.parametrize(("value", "flags"), [
+    ({"a": [1, "x", None, True, 2.5, {"b": ()}]}, PLAIN | FINITE),
+    ({"a": [1, {"b": float("inf")}]}, PLAIN),
+    ([float("nan")], PLAIN),
+    (float("-inf"), PLAIN),
+    ("text", PLAIN | FINITE),
+    ({"a": _Float("nan")}, 0),  # subclasses go through the exact check
+    ({"a": [_Float(1.5)]}, FINITE),
+    ({_Str("k"): 1}, FINITE),
+    (_nested(300, 1.0), FINITE),  # deeper than the one-walk scan: the exact check answers
+    (_nested(300, float("nan")), 0),
 ])
-def test_json_like_check_also_tells_whether_the_value_is_finite(value, finite):
-    assert require_json_like(value, "call") is finite
+def test_json_like_check_also_tells_whether_the_value_is_finite_and_plain(value, flags):
+    assert require_json_like(value, "call") == flags
 
 
 @pytest.mark.parametrize("call", [

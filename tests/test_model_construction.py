@@ -8,6 +8,7 @@ import pickle
 import pydantic
 import pytest
 
+from reflection.formats import normalize_call
 from reflection.model import (
     CheckResult,
     Finding,
@@ -64,3 +65,33 @@ def test_a_result_survives_validation_unchanged():
     assert not result.valid and result.correction is not None
     again = StaticResult.model_validate(result.model_dump(exclude={"valid"}))
     assert again == result and again.model_dump() == result.model_dump()
+
+
+class _Str(str):
+    pass
+
+
+class _Dict(dict):
+    pass
+
+
+@pytest.mark.parametrize("raw", [
+    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+    {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris", "days": [1, 2.5]}},
+    {"name": "get_weather"},
+    {"name": "get_weather", "arguments": "{bad"},
+])
+def test_a_call_read_from_plain_json_is_the_validated_call(raw):
+    call = normalize_call(raw)
+    assert call == ToolCall(**call.model_dump())
+    given = {"name", "id", "arguments"} | ({"raw_arguments", "error"} if len(raw) > 1 else set())
+    assert call.model_fields_set == given  # the keywords normalize_call passes, as before
+    if isinstance(raw.get("input"), dict):
+        assert call.arguments == raw["input"] and call.arguments is not raw["input"]  # copied, as validation does
+
+
+def test_subclassed_json_values_are_validated_into_exact_types():
+    call = normalize_call(_Dict(name=_Str("get_weather"), arguments=_Dict({_Str("city"): _Str("Paris")}), id=_Str("c")))
+    assert call == ToolCall(name="get_weather", arguments={"city": "Paris"}, id="c")
+    assert type(call.name) is str and type(call.arguments) is dict and type(call.id) is str
+    assert all(type(key) is str for key in call.arguments)
