@@ -103,11 +103,16 @@ def _candidate(name: str, arguments: dict[str, Any], call: ToolCall) -> ToolCall
 
 
 def _copy(value: Any) -> Any:
+    # Containers are copied (tuples become lists, so fixes can assign into them); scalars
+    # are shared, and skipped without a call each.
     if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
+        return {k: _copy(v) if isinstance(v, _CONTAINERS) else v for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_copy(v) for v in value]
+        return [_copy(v) if isinstance(v, _CONTAINERS) else v for v in value]
     return value
+
+
+_CONTAINERS = (dict, list, tuple)
 
 
 def _fix(arguments: dict[str, Any], issue: Any, notes: list[str]) -> bool:

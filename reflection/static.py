@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from hashlib import blake2b
 from typing import Any
 from urllib.parse import unquote
@@ -417,7 +418,8 @@ Failures = dict[str, list[_Issue]]
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def _path(segments: tuple[str | int, ...] | list[str | int]) -> str:
+@lru_cache(maxsize=4096)  # the same few locations fail again and again; bounded
+def _path(segments: tuple[str | int, ...]) -> str:
     """JSON path of an instance location: `$.items[0].qty`, `$['odd key']`."""
     out = ["$"]
     for part in segments:
@@ -582,6 +584,8 @@ def _check_arguments(args: dict[str, Any], schema: _Schema, tool: str) -> list[_
 
 def _tidy(issues: list[_Issue]) -> list[_Issue]:
     """Drop echoes: duplicates, errors at a value already wrong in type, names reported twice."""
+    if len(issues) < 2:  # nothing to echo
+        return issues
     wrong_type = {i.at for i in issues if i.check == "incorrect_parameter_type"}
     unknown = {i.segments for i in issues if i.check == "non_existent_parameter"}
     seen: set[Any] = set()
