@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from reflection._json import FINITE, PLAIN, canonical_bytes, has_non_finite, parse_json, require_json_like
-from reflection.model import History, Message, SpecProblem, ToolCall, ToolInventory, ToolSpec, _trusted
+from reflection.model import History, Message, SpecProblem, ToolCall, ToolInventory, ToolSpec, _trusted_from
 
 __all__ = ["normalize_tools", "normalize_call", "normalize_calls", "normalize_history"]
 
@@ -275,12 +275,13 @@ def _normalize_call(raw: Any, shape: int) -> ToolCall:
         if key in body:
             break
     else:
-        return _tool_call(shape, name=name, id=call_id, arguments={})
+        return _tool_call(shape, {"name": name, "id": call_id, "arguments": {}})
     arguments, raw_text, error = _read_arguments(body[key], shape)
-    return _tool_call(shape, name=name, id=call_id, arguments=arguments, raw_arguments=raw_text, error=error)
+    return _tool_call(shape, {"name": name, "id": call_id, "arguments": arguments, "raw_arguments": raw_text,
+                              "error": error})
 
 
-def _tool_call(shape: int, **fields: Any) -> ToolCall:
+def _tool_call(shape: int, fields: dict[str, Any]) -> ToolCall:
     """`ToolCall(**fields)`. When the call was plain JSON (exact types, see `PLAIN`), the
     values already are what validation returns, so they are stored as they are (the
     arguments shallow-copied, as validation copies them): validation is most of the cost
@@ -289,7 +290,7 @@ def _tool_call(shape: int, **fields: Any) -> ToolCall:
         return ToolCall(**fields)
     if fields["arguments"] is not None:
         fields["arguments"] = dict(fields["arguments"])
-    return _trusted(ToolCall, **fields)
+    return _trusted_from(ToolCall, fields)
 
 
 def _read_arguments(raw_args: Any, shape: int) -> tuple[dict[str, Any] | None, str | None, str | None]:

@@ -66,6 +66,11 @@ def _trusted(cls: type[_M], **values: Any) -> _M:
     `model_fields_set`, `model_dump`, equality), as pydantic's own `model_construct` makes
     it, at a fraction of the cost of either.
     """
+    return _trusted_from(cls, values)
+
+
+def _trusted_from(cls: type[_M], values: dict[str, Any]) -> _M:
+    """`_trusted(cls, **values)` for a dict already built (not copied again)."""
     try:
         defaults = _UNSET_FIELDS[cls]
     except KeyError:
