@@ -24,7 +24,7 @@ _SCALARS = (str, int, bool, type(None))
 _DECODE = msgspec.json.Decoder().decode
 
 
-def parse_json(text: str | bytes) -> Any:
+def parse_json(text: str | bytes | msgspec.Raw) -> Any:
     """Parse RFC 8259 JSON. NaN, Infinity and trailing data are errors, and integers of
     any size stay exact.
 
@@ -34,6 +34,8 @@ def parse_json(text: str | bytes) -> Any:
         return _DECODE(text)  # strict, and exact for big integers: the fast path
     except Exception:  # noqa: BLE001, S110 - not returned: orjson below re-reads it to name the error and where
         pass
+    if isinstance(text, msgspec.Raw):  # a member of a row (parse_json_keeping); orjson reads bytes
+        text = bytes(text)
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -61,7 +63,7 @@ def parse_json_keeping(text: bytes, keep: Container[str]) -> Any:
     except Exception:  # noqa: BLE001 - not JSON, not an object, too deep: parse_json raises or parses it
         return parse_json(text)
     try:
-        return {key: bytes(raw) if key in keep else parse_json(bytes(raw)) for key, raw in members.items()}
+        return {key: bytes(raw) if key in keep else parse_json(raw) for key, raw in members.items()}
     except ValueError:  # a member orjson rejects: report it where it is in the whole text
         return parse_json(text)
 

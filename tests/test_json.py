@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -155,3 +156,16 @@ def test_non_finite_numbers_anywhere_in_object_arguments_are_a_data_error(call):
 def test_non_finite_numbers_outside_the_arguments_do_not_fail_the_call():
     call = {"name": "w", "arguments": {"x": 1}, "extra": float("nan")}
     assert normalize_calls(call)[0].error is None
+
+
+def test_parse_json_reads_a_raw_member_like_its_bytes():
+    for text in (b'{"a": [1, 2.5, "x"]}', b"123456789012345678901234567890", b"[1, 2] junk", b'{"a": NaN}'):
+        try:
+            expected: object = parse_json(text)
+        except ValueError as exc:
+            expected = ("error", str(exc))
+        try:
+            got: object = parse_json(msgspec.Raw(text))
+        except ValueError as exc:
+            got = ("error", str(exc))
+        assert got == expected
