@@ -182,6 +182,10 @@ class CheckResult(_Frozen):
     findings: tuple[Finding, ...] = ()
 
 
+_PASSED = CheckResult(passed=True)
+"""The passing check the static checker shares between results (they are immutable)."""
+
+
 class StaticResult(_Frozen):
     """The static stage's answer for one call: every check, pass or fail."""
 
@@ -196,8 +200,10 @@ class StaticResult(_Frozen):
     @property
     def valid(self) -> bool:
         """True when every static check passed."""
-        for check in self.checks.values():  # a loop, not all(<generator>): read once per row
-            if not check.passed:
+        # Read once per row: a loop, not all(<generator>), and the shared passing check is
+        # known by identity (reading a field of a pydantic model costs far more).
+        for check in self.checks.values():
+            if check is not _PASSED and not check.passed:
                 return False
         return True
 

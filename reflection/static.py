@@ -47,6 +47,7 @@ from reflection._json import (
 )
 from reflection.formats import normalize_calls, normalize_tools
 from reflection.model import (
+    _PASSED,
     STATIC_CHECKS,
     CheckResult,
     Finding,
@@ -68,8 +69,7 @@ _SCHEMA_CACHE_SIZE = 1024
 _PREPARED_CACHE_SIZE = 1024
 _RAW_TOOLS_CACHE_SIZE = 512
 
-_PASS = CheckResult(passed=True)
-_ALL_PASS: dict[str, CheckResult] = {name: _PASS for name in STATIC_CHECKS}
+_ALL_PASS: dict[str, CheckResult] = {name: _PASSED for name in STATIC_CHECKS}
 
 
 # --- public API ----------------------------------------------------------------------------
@@ -351,6 +351,8 @@ class _Prepared:
     unnamed: tuple[SpecProblem, ...]
     broken: tuple[tuple[str, str], ...] = ()
     """(tool name, warning) for tools whose schema does not compile."""
+    empty: bool = False
+    """`inventory.empty`, read on every call (a plain attribute is cheaper than a model field)."""
 
 
 _PREPARED: dict[int, tuple[ToolInventory, _Prepared]] = {}
@@ -373,7 +375,8 @@ def _prepare(inventory: ToolInventory) -> _Prepared:
             broken.append((tool.name, f"tool {tool.name!r} cannot be checked: {ref.problem}"))
     prepared = _Prepared(
         inventory=inventory, tools=tools, names=tuple(tools), problems=inventory.problems,
-        unnamed=tuple(p for p in inventory.problems if p.name is None), broken=tuple(broken))
+        unnamed=tuple(p for p in inventory.problems if p.name is None), broken=tuple(broken),
+        empty=inventory.empty)
     _put(_PREPARED, id(inventory), (inventory, prepared), _PREPARED_CACHE_SIZE)
     return prepared
 
@@ -473,7 +476,7 @@ def _check(call: ToolCall, prepared: _Prepared) -> StaticResult:
         return _trusted(StaticResult, call=call, checks=checks, warnings=warnings)
     correction, notes = suggest_correction(call, failures, lambda c: _evaluate(c, prepared)[0])
     for name, issues in failures.items():
-        checks[name] = _trusted(CheckResult, passed=False, findings=tuple(issue.finding() for issue in issues))
+        checks[name] = _trusted(CheckResult, passed=False, findings=tuple([issue.finding() for issue in issues]))
     return _trusted(StaticResult, call=call, checks=checks, warnings=warnings, correction=correction,
                     correction_notes=tuple(notes))
 
@@ -487,7 +490,7 @@ def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str,
             "invalid_tool_call", (), f"The tool call is malformed: {call.error}. {_NOT_CHECKED}: send a call "
             "with a function name and a JSON object of arguments.",
             expected="a function name and a JSON object of arguments", actual=call.raw_arguments)]
-    if prepared.inventory.empty:
+    if prepared.empty:
         failures["empty_api_spec"] = [_Issue(
             "empty_api_spec", (), f"No tool specs were given, so the call cannot be checked. {_NOT_CHECKED}: "
             "pass the tool specs the agent was offered.", expected="at least one tool spec", actual=0)]
