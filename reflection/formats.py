@@ -53,13 +53,7 @@ def normalize_tools(raw: Any) -> ToolInventory:
     form `{"name", "parameters": [{"name", "type", "required"}]}`. Also `ToolSpec` objects
     and an existing `ToolInventory`. JSON text (a string or UTF-8 bytes) is parsed first.
     """
-    if isinstance(raw, ToolInventory):
-        return raw
-    if isinstance(raw, ToolSpec):
-        return ToolInventory(tools=(raw,))
-    if isinstance(raw, (list, tuple)) and raw and all(isinstance(t, ToolSpec) for t in raw):
-        return ToolInventory(tools=tuple(raw))
-    if isinstance(raw, (str, bytes)):
+    if isinstance(raw, (str, bytes)):  # first: the usual input when reading logged rows
         # JSON text is its own cache key: a log line's tool list is normalised once, not
         # parsed again on every row that repeats it.
         inventory = _TEXT_INVENTORIES.get(raw)
@@ -71,6 +65,12 @@ def normalize_tools(raw: Any) -> ToolInventory:
                     index=0, name=None, message=f"tool specs are not valid JSON: {exc}"),))
             _bounded_put(_TEXT_INVENTORIES, raw, inventory)
         return inventory
+    if isinstance(raw, ToolInventory):
+        return raw
+    if isinstance(raw, ToolSpec):
+        return ToolInventory(tools=(raw,))
+    if isinstance(raw, (list, tuple)) and raw and all(isinstance(t, ToolSpec) for t in raw):
+        return ToolInventory(tools=tuple(raw))
     require_json_like(raw, "tools")
     return _normalize_json(raw)
 
@@ -220,6 +220,11 @@ def normalize_calls(raw: Any) -> list[ToolCall]:
         return [raw]
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(c, ToolCall) for c in raw):
         return list(raw)
+    return _read_calls(raw)
+
+
+def _read_calls(raw: Any) -> list[ToolCall]:
+    """`normalize_calls` for input that is not `ToolCall` objects (the caller has checked)."""
     if isinstance(raw, (str, bytes)):
         try:
             raw = parse_json(raw)

@@ -45,7 +45,7 @@ from reflection._json import (
     json_type,
     require_json_like,
 )
-from reflection.formats import normalize_calls, normalize_tools
+from reflection.formats import _read_calls, normalize_tools
 from reflection.model import (
     _PASSED,
     STATIC_CHECKS,
@@ -117,7 +117,7 @@ def _calls_of(raw: Any, argument: str) -> list[ToolCall]:
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(c, ToolCall) for c in raw):
         return [_checked_tool_call(c, argument) for c in raw]
     try:
-        return normalize_calls(raw)
+        return _read_calls(raw)  # normalize_calls, whose ToolCall cases were handled above
     except TypeError as exc:
         if argument != "call" and str(exc).startswith("call:"):
             raise TypeError(f"{argument}:{str(exc)[5:]}") from None
@@ -529,10 +529,12 @@ def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str,
             "invalid_api_spec", (), f"The spec of tool {name!r} is unusable: {schema.problem}. "
             f"{_NOT_CHECKED}: fix the tool spec.", expected="a valid JSON Schema", actual=schema.problem,
             keyword=schema.problem_keyword)]
-    warnings = _warnings(prepared, excluded, skip_unnamed)
+    warnings = _warnings(prepared, excluded, skip_unnamed) if prepared.problems or prepared.broken else ()
     if failures or schema is None:
         return failures, warnings
-    arguments = call.arguments if call.arguments is not None else {}
+    arguments = call.arguments
+    if arguments is None:
+        arguments = {}
     try:
         issues = _check_arguments(arguments, schema, name)
     except _Unvalidatable as exc:
@@ -546,8 +548,7 @@ def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str,
 
 
 def _warnings(prepared: _Prepared, excluded: str | None, skip_unnamed: bool) -> tuple[str, ...]:
-    if not prepared.problems and not prepared.broken:
-        return ()
+    # Called only when the inventory has problems or broken tools (most have neither).
     out = [_problem_warning(p) for p in prepared.problems
            if not (p.name is not None and p.name == excluded and excluded not in prepared.tools)
            and not (p.name is None and skip_unnamed)]
