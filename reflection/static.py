@@ -191,6 +191,8 @@ class _Schema:
     """Compiled check of patternProperties regexes, for names not in `defined`."""
     forbids_extra: bool = False
     """The top level itself says additionalProperties: false."""
+    known: str = "it takes no parameters"
+    """How messages about an unknown parameter list the defined ones."""
 
 
 _SCHEMAS: dict[bytes, _Schema] = {}
@@ -237,9 +239,11 @@ def _compile(schema: dict[str, Any]) -> _Schema:
             name_patterns = jsonschema_rs.validator_for({"anyOf": [{"pattern": p} for p in patterns]})
         except ValueError:  # the main schema compiled, so its patterns do; be safe anyway
             is_open = True
+    listing = ", ".join(names[:30])
     return _Schema(schema=schema, validator=validator, defined=frozenset(names), names=tuple(names),
                    open=is_open, name_patterns=name_patterns,
-                   forbids_extra=schema.get("additionalProperties") is False)
+                   forbids_extra=schema.get("additionalProperties") is False,
+                   known=f"its parameters: {listing}" if listing else "it takes no parameters")
 
 
 def _compile_problem(schema: dict[str, Any], exc: Exception) -> tuple[str, str | None]:
@@ -577,11 +581,9 @@ def _check_arguments(args: dict[str, Any], schema: _Schema, tool: str) -> list[_
         for error in schema.validator.iter_errors(args):
             _classify(error, issues, schema.schema)
     for key in unknown:
-        listing = ", ".join(schema.names[:30]) if schema.names else ""
-        known = f"its parameters: {listing}" if listing else "it takes no parameters"
         issues.append(_Issue(
             "non_existent_parameter", (key,), f'{_path((key,))}: "{key}" is not a parameter of tool {tool!r} '
-            f"({known}). Remove it or use a defined parameter.", expected=list(schema.names), actual=key,
+            f"({schema.known}). Remove it or use a defined parameter.", expected=list(schema.names), actual=key,
             keyword="additionalProperties" if schema.forbids_extra else "properties", at=(), value=args[key]))
     return _tidy(issues)
 
@@ -610,7 +612,8 @@ def _tidy(issues: list[_Issue]) -> list[_Issue]:
     return out
 
 
-def _keyword(schema_path: list[Any], fallback: str) -> str:
+@lru_cache(maxsize=4096)  # a schema fails at the same few places row after row; bounded
+def _keyword(schema_path: tuple[Any, ...], fallback: str) -> str:
     """The last JSON Schema keyword on a schema path (property names are skipped)."""
     keyword = None
     skip = False
@@ -632,8 +635,7 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
     kind = error.kind
     name = kind.name
     at = tuple(error.instance_path)
-    where = _path(at)
-    keyword = _keyword(error.schema_path, name)
+    keyword = _keyword(tuple(error.schema_path), name)
     if name == "type":
         types = tuple(kind.types)
         issues.append(_type_issue(at, error.instance, types, keyword))
@@ -645,6 +647,7 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
             f"missing{hint}. Add it.", expected=prop, actual=None, keyword=keyword, at=at))
     elif name in ("enum", "const"):
         options = tuple(kind.options) if name == "enum" else (kind.expected_value,)
+        where = _path(at)
         if name == "enum":
             message = f"{where}: {_show(error.instance)} is not one of the allowed values {_choices(options)}. Use one of them."
             expected: Any = list(options)
@@ -694,10 +697,11 @@ def _violation(error: Any, keyword: str, root: dict[str, Any]) -> _Issue:
 
 def _type_issue(at: tuple[str | int, ...], value: Any, types: tuple[str, ...], keyword: str) -> _Issue:
     wanted = _either(list(types))
+    actual = json_type(value)
     return _Issue(
-        "incorrect_parameter_type", at, f"{_path(at)}: expected {wanted}, got {json_type(value)} {_show(value)}. "
+        "incorrect_parameter_type", at, f"{_path(at)}: expected {wanted}, got {actual} {_show(value)}. "
         f"Send a value of type {wanted}.", expected=types[0] if len(types) == 1 else list(types),
-        actual=json_type(value), keyword=keyword, at=at, value=value, types=types)
+        actual=actual, keyword=keyword, at=at, value=value, types=types)
 
 
 def _classify_union(error: Any, issues: list[_Issue], root: dict[str, Any], keyword: str) -> None:
