@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from reflection._json import dumps, json_type
-from reflection.model import ToolCall
+from reflection.model import ToolCall, _trusted
 
 NAME_CUTOFF = 0.8
 """Minimum difflib similarity for a function-name suggestion."""
@@ -78,7 +78,7 @@ def suggest_correction(call: ToolCall, failures: dict[str, list[Any]],
             return None, []
         notes.append(f'renamed function "{name}" to "{guess}", the only defined tool with a close name')
         name = guess
-        candidate = ToolCall(name=name, arguments=arguments, id=call.id)
+        candidate = _candidate(name, arguments, call)
         failures = evaluate(candidate)
     for _ in range(_MAX_ROUNDS):
         if not failures:
@@ -91,17 +91,28 @@ def suggest_correction(call: ToolCall, failures: dict[str, list[Any]],
                 changed = _fix(arguments, issue, notes) or changed
         if not changed:
             return None, []
-        candidate = ToolCall(name=name, arguments=arguments, id=call.id)
+        candidate = _candidate(name, arguments, call)
         failures = evaluate(candidate)
     return (candidate, notes) if not failures else (None, [])
 
 
+def _candidate(name: str, arguments: dict[str, Any], call: ToolCall) -> ToolCall:
+    # `ToolCall(name=name, arguments=arguments, id=call.id)` without validation: the name is
+    # the call's or a defined tool's, and the arguments a copy of the validated call's.
+    return _trusted(ToolCall, name=name, arguments=dict(arguments), id=call.id)
+
+
 def _copy(value: Any) -> Any:
+    # Containers are copied (tuples become lists, so fixes can assign into them); scalars
+    # are shared, and skipped without a call each.
     if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
+        return {k: _copy(v) if isinstance(v, _CONTAINERS) else v for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_copy(v) for v in value]
+        return [_copy(v) if isinstance(v, _CONTAINERS) else v for v in value]
     return value
+
+
+_CONTAINERS = (dict, list, tuple)
 
 
 def _fix(arguments: dict[str, Any], issue: Any, notes: list[str]) -> bool:

@@ -24,7 +24,7 @@ _SCALARS = (str, int, bool, type(None))
 _DECODE = msgspec.json.Decoder().decode
 
 
-def parse_json(text: str | bytes) -> Any:
+def parse_json(text: str | bytes | msgspec.Raw) -> Any:
     """Parse RFC 8259 JSON. NaN, Infinity and trailing data are errors, and integers of
     any size stay exact.
 
@@ -34,6 +34,8 @@ def parse_json(text: str | bytes) -> Any:
         return _DECODE(text)  # strict, and exact for big integers: the fast path
     except Exception:  # noqa: BLE001, S110 - not returned: orjson below re-reads it to name the error and where
         pass
+    if isinstance(text, msgspec.Raw):  # a member of a row (parse_json_keeping); orjson reads bytes
+        text = bytes(text)
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -61,7 +63,7 @@ def parse_json_keeping(text: bytes, keep: Container[str]) -> Any:
     except Exception:  # noqa: BLE001 - not JSON, not an object, too deep: parse_json raises or parses it
         return parse_json(text)
     try:
-        return {key: bytes(raw) if key in keep else parse_json(bytes(raw)) for key, raw in members.items()}
+        return {key: bytes(raw) if key in keep else parse_json(raw) for key, raw in members.items()}
     except ValueError:  # a member orjson rejects: report it where it is in the whole text
         return parse_json(text)
 
@@ -82,28 +84,48 @@ def dumps(value: Any) -> str:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _is_json_like(value: Any) -> bool:
-    # The common case (everything is JSON-like) level by level, without a path per node.
-    level = [value]
-    for _ in range(_MAX_DEPTH):
-        below: list[Any] = []
-        for item in level:
-            kind = type(item)
-            if kind is str or kind is int or kind is float or kind is bool or item is None:
-                continue
-            if kind is dict and all(type(key) is str for key in item):
-                below.extend(item.values())
-            elif kind is list or kind is tuple:
-                below.extend(item)
-            elif non_json_location(item) is not None:  # subclasses and the rest: the exact check
-                return False
-        if not below:
-            return True
-        level = below
-    return non_json_location(value) is None  # deeper than JSON goes (or a cycle): the exact check
+FINITE = 1
+"""`require_json_like` flag: the value holds no NaN or infinity."""
+PLAIN = 2
+"""`require_json_like` flag: exact dict (str keys), list, tuple, str, int, float, bool or None
+at every level, no subclass: what pydantic would store unchanged (dicts shallow-copied)."""
+_SCAN_DEPTH = 200
 
 
-_MAX_DEPTH = 1000
+def _scan(value: Any, depth: int = 0) -> int:
+    """`PLAIN`, with `FINITE` unless a NaN or infinity hides in it, when `value` is plainly
+    JSON-like; 0 when only the exact checks can tell (subclasses, other objects, very deep).
+
+    One walk answers what the API boundary asks, so a call is not walked twice.
+    """
+    kind = type(value)
+    if kind is dict:
+        for key in value:
+            if type(key) is not str:
+                return 0
+        value = value.values()
+    elif not (kind is list or kind is tuple):
+        if kind is str or kind is int or kind is bool or value is None:
+            return PLAIN | FINITE
+        if kind is float:
+            return PLAIN if value - value else PLAIN | FINITE  # inf - inf and NaN - NaN are NaN
+        return 0
+    found = PLAIN | FINITE
+    for item in value:
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is float:
+            if item - item:
+                found = PLAIN
+            continue
+        if depth >= _SCAN_DEPTH:
+            return 0
+        state = _scan(item, depth + 1)
+        if not state:
+            return 0
+        found &= state
+    return found
 
 
 def non_json_location(value: Any, path: str = "$") -> str | None:
@@ -131,12 +153,20 @@ def non_json_location(value: Any, path: str = "$") -> str | None:
     return f"{path} ({type(value).__name__})"
 
 
-def require_json_like(value: Any, argument: str) -> None:
-    """Raise TypeError naming `argument` when `value` is not JSON-like (API misuse)."""
-    if _is_json_like(value):
-        return
+def require_json_like(value: Any, argument: str) -> int:
+    """Raise TypeError naming `argument` when `value` is not JSON-like (API misuse).
+
+    Returns flags, so callers that need more than this answer walk the value once:
+    `FINITE` when it holds no NaN or infinity (what `has_non_finite` tells), `PLAIN` when
+    every part of it has an exact JSON type (see `PLAIN`).
+    """
+    state = _scan(value)
+    if state:
+        return state
     where = non_json_location(value)
-    raise TypeError(f"{argument}: expected a JSON-like value, found a non-JSON object at {where}")
+    if where is not None:
+        raise TypeError(f"{argument}: expected a JSON-like value, found a non-JSON object at {where}")
+    return 0 if has_non_finite(value) else FINITE
 
 
 def has_non_finite(value: Any) -> bool:
@@ -144,9 +174,12 @@ def has_non_finite(value: Any) -> bool:
     if isinstance(value, float):
         return not math.isfinite(value)
     if isinstance(value, dict):
-        return any(has_non_finite(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(has_non_finite(v) for v in value)
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
+        return False
+    for item in value:  # a loop, not any(<generator>): one frame per level of nesting
+        if has_non_finite(item):
+            return True
     return False
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reflection._json import canonical_bytes, has_non_finite, parse_json, require_json_like
-from reflection.model import History, Message, SpecProblem, ToolCall, ToolInventory, ToolSpec
+from reflection._json import FINITE, PLAIN, canonical_bytes, has_non_finite, parse_json, require_json_like
+from reflection.model import History, Message, SpecProblem, ToolCall, ToolInventory, ToolSpec, _trusted_from
 
 __all__ = ["normalize_tools", "normalize_call", "normalize_calls", "normalize_history"]
 
@@ -53,13 +53,7 @@ def normalize_tools(raw: Any) -> ToolInventory:
     form `{"name", "parameters": [{"name", "type", "required"}]}`. Also `ToolSpec` objects
     and an existing `ToolInventory`. JSON text (a string or UTF-8 bytes) is parsed first.
     """
-    if isinstance(raw, ToolInventory):
-        return raw
-    if isinstance(raw, ToolSpec):
-        return ToolInventory(tools=(raw,))
-    if isinstance(raw, (list, tuple)) and raw and all(isinstance(t, ToolSpec) for t in raw):
-        return ToolInventory(tools=tuple(raw))
-    if isinstance(raw, (str, bytes)):
+    if isinstance(raw, (str, bytes)):  # first: the usual input when reading logged rows
         # JSON text is its own cache key: a log line's tool list is normalised once, not
         # parsed again on every row that repeats it.
         inventory = _TEXT_INVENTORIES.get(raw)
@@ -71,6 +65,12 @@ def normalize_tools(raw: Any) -> ToolInventory:
                     index=0, name=None, message=f"tool specs are not valid JSON: {exc}"),))
             _bounded_put(_TEXT_INVENTORIES, raw, inventory)
         return inventory
+    if isinstance(raw, ToolInventory):
+        return raw
+    if isinstance(raw, ToolSpec):
+        return ToolInventory(tools=(raw,))
+    if isinstance(raw, (list, tuple)) and raw and all(isinstance(t, ToolSpec) for t in raw):
+        return ToolInventory(tools=tuple(raw))
     require_json_like(raw, "tools")
     return _normalize_json(raw)
 
@@ -220,32 +220,37 @@ def normalize_calls(raw: Any) -> list[ToolCall]:
         return [raw]
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(c, ToolCall) for c in raw):
         return list(raw)
-    parsed = isinstance(raw, (str, bytes))
-    if parsed:
+    return _read_calls(raw)
+
+
+def _read_calls(raw: Any) -> list[ToolCall]:
+    """`normalize_calls` for input that is not `ToolCall` objects (the caller has checked)."""
+    if isinstance(raw, (str, bytes)):
         try:
             raw = parse_json(raw)
         except ValueError as exc:
             return [ToolCall(name="", error=f"tool call is not valid JSON: {exc}")]
+        shape = PLAIN | FINITE  # parse_json makes exact types and rejects NaN and Infinity
     else:
-        require_json_like(raw, "call")
-    return _normalize_calls(raw, parsed)
+        shape = require_json_like(raw, "call")
+    return _normalize_calls(raw, shape)
 
 
-def _normalize_calls(raw: Any, parsed: bool) -> list[ToolCall]:
-    # `raw` is known to be JSON-like; `parsed` when it came from JSON text (so it holds no NaN).
+def _normalize_calls(raw: Any, shape: int) -> list[ToolCall]:
+    # `raw` is known to be JSON-like; `shape` holds what `require_json_like` told of it.
     if isinstance(raw, (list, tuple)):
         if not raw:
             return [ToolCall(name="", error="no tool call was given (an empty list)")]
-        return [_normalize_call(item, parsed) for item in raw]
+        return [_normalize_call(item, shape) for item in raw]
     if isinstance(raw, dict):
         if isinstance(raw.get("tool_calls"), list) and "function" not in raw:
-            return _normalize_calls(raw["tool_calls"], parsed)
+            return _normalize_calls(raw["tool_calls"], shape)
         if raw.get("role") == "assistant" and isinstance(raw.get("content"), list):
             uses = [b for b in raw["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
             if uses:
-                return [_normalize_call(b, parsed) for b in uses]
+                return [_normalize_call(b, shape) for b in uses]
             return [ToolCall(name="", error="the assistant message carries no tool call")]
-    return [_normalize_call(raw, parsed)]
+    return [_normalize_call(raw, shape)]
 
 
 _ARGUMENT_KEYS = ("arguments", "args", "input_parameters", "input")
@@ -258,11 +263,10 @@ def normalize_call(raw: Any) -> ToolCall:
     """
     if isinstance(raw, ToolCall):
         return raw
-    require_json_like(raw, "call")
-    return _normalize_call(raw, False)
+    return _normalize_call(raw, require_json_like(raw, "call"))
 
 
-def _normalize_call(raw: Any, parsed: bool) -> ToolCall:
+def _normalize_call(raw: Any, shape: int) -> ToolCall:
     # `raw` is known to be JSON-like (the caller checked the whole value once).
     if not isinstance(raw, dict):
         return ToolCall(name="", error=f"a tool call must be an object, got {_kind(raw)}")
@@ -272,14 +276,29 @@ def _normalize_call(raw: Any, parsed: bool) -> ToolCall:
     name = body.get("name")
     if not isinstance(name, str) or not name.strip():
         return ToolCall(name="", id=call_id, error="the tool call has no function name (expected a non-empty string under \"name\")")
-    present = [key for key in _ARGUMENT_KEYS if key in body]
-    if not present:
-        return ToolCall(name=name, id=call_id, arguments={})
-    arguments, raw_text, error = _read_arguments(body[present[0]], parsed)
-    return ToolCall(name=name, id=call_id, arguments=arguments, raw_arguments=raw_text, error=error)
+    for key in _ARGUMENT_KEYS:
+        if key in body:
+            break
+    else:
+        return _tool_call(shape, {"name": name, "id": call_id, "arguments": {}})
+    arguments, raw_text, error = _read_arguments(body[key], shape)
+    return _tool_call(shape, {"name": name, "id": call_id, "arguments": arguments, "raw_arguments": raw_text,
+                              "error": error})
 
 
-def _read_arguments(raw_args: Any, parsed: bool) -> tuple[dict[str, Any] | None, str | None, str | None]:
+def _tool_call(shape: int, fields: dict[str, Any]) -> ToolCall:
+    """`ToolCall(**fields)`. When the call was plain JSON (exact types, see `PLAIN`), the
+    values already are what validation returns, so they are stored as they are (the
+    arguments shallow-copied, as validation copies them): validation is most of the cost
+    of reading a call."""
+    if not shape & PLAIN:
+        return ToolCall(**fields)
+    if fields["arguments"] is not None:
+        fields["arguments"] = dict(fields["arguments"])
+    return _trusted_from(ToolCall, fields)
+
+
+def _read_arguments(raw_args: Any, shape: int) -> tuple[dict[str, Any] | None, str | None, str | None]:
     raw_text = None
     if isinstance(raw_args, str):
         raw_text = raw_args
@@ -289,11 +308,10 @@ def _read_arguments(raw_args: Any, parsed: bool) -> tuple[dict[str, Any] | None,
             raw_args = parse_json(raw_args)
         except ValueError as exc:
             return None, raw_text, f"arguments are not valid JSON: {exc}"
-        parsed = True
+        shape |= FINITE  # text that parse_json accepts holds no NaN or infinity
     if not isinstance(raw_args, dict):
         return None, raw_text, f"arguments must be a JSON object, got {_kind(raw_args)}"
-    # Text that parse_json accepts holds no NaN or infinity (orjson rejects them first).
-    if not parsed and has_non_finite(raw_args):
+    if not shape & FINITE and has_non_finite(raw_args):
         return None, raw_text, "arguments contain NaN or Infinity, which JSON cannot represent"
     return raw_args, raw_text, None
 

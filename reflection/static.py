@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from hashlib import blake2b
 from typing import Any
 from urllib.parse import unquote
@@ -37,14 +38,16 @@ import orjson
 
 from reflection._corrections import closest_name, suggest_correction
 from reflection._json import (
+    FINITE,
     canonical_bytes,
     dumps,
     has_non_finite,
     json_type,
     require_json_like,
 )
-from reflection.formats import normalize_calls, normalize_tools
+from reflection.formats import _read_calls, normalize_tools
 from reflection.model import (
+    _PASSED,
     STATIC_CHECKS,
     CheckResult,
     Finding,
@@ -53,6 +56,7 @@ from reflection.model import (
     ToolCall,
     ToolInventory,
     ToolSpec,
+    _trusted,
 )
 
 __all__ = ["check_call", "check_calls"]
@@ -65,8 +69,7 @@ _SCHEMA_CACHE_SIZE = 1024
 _PREPARED_CACHE_SIZE = 1024
 _RAW_TOOLS_CACHE_SIZE = 512
 
-_PASS = CheckResult(passed=True)
-_ALL_PASS: dict[str, CheckResult] = {name: _PASS for name in STATIC_CHECKS}
+_ALL_PASS: dict[str, CheckResult] = {name: _PASSED for name in STATIC_CHECKS}
 
 
 # --- public API ----------------------------------------------------------------------------
@@ -114,7 +117,7 @@ def _calls_of(raw: Any, argument: str) -> list[ToolCall]:
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(c, ToolCall) for c in raw):
         return [_checked_tool_call(c, argument) for c in raw]
     try:
-        return normalize_calls(raw)
+        return _read_calls(raw)  # normalize_calls, whose ToolCall cases were handled above
     except TypeError as exc:
         if argument != "call" and str(exc).startswith("call:"):
             raise TypeError(f"{argument}:{str(exc)[5:]}") from None
@@ -126,8 +129,8 @@ def _checked_tool_call(call: ToolCall, argument: str) -> ToolCall:
     if call.error is None and not call.name.strip():
         return call.model_copy(update={"error": "the tool call has no function name"})
     if call.arguments is not None:
-        require_json_like(call.arguments, argument)
-        if call.error is None and has_non_finite(call.arguments):
+        finite = require_json_like(call.arguments, argument) & FINITE
+        if call.error is None and not finite:
             return call.model_copy(update={
                 "arguments": None, "error": "arguments contain NaN or Infinity, which JSON cannot represent"})
     return call
@@ -188,6 +191,8 @@ class _Schema:
     """Compiled check of patternProperties regexes, for names not in `defined`."""
     forbids_extra: bool = False
     """The top level itself says additionalProperties: false."""
+    known: str = "it takes no parameters"
+    """How messages about an unknown parameter list the defined ones."""
 
 
 _SCHEMAS: dict[bytes, _Schema] = {}
@@ -234,9 +239,11 @@ def _compile(schema: dict[str, Any]) -> _Schema:
             name_patterns = jsonschema_rs.validator_for({"anyOf": [{"pattern": p} for p in patterns]})
         except ValueError:  # the main schema compiled, so its patterns do; be safe anyway
             is_open = True
+    listing = ", ".join(names[:30])
     return _Schema(schema=schema, validator=validator, defined=frozenset(names), names=tuple(names),
                    open=is_open, name_patterns=name_patterns,
-                   forbids_extra=schema.get("additionalProperties") is False)
+                   forbids_extra=schema.get("additionalProperties") is False,
+                   known=f"its parameters: {listing}" if listing else "it takes no parameters")
 
 
 def _compile_problem(schema: dict[str, Any], exc: Exception) -> tuple[str, str | None]:
@@ -348,6 +355,8 @@ class _Prepared:
     unnamed: tuple[SpecProblem, ...]
     broken: tuple[tuple[str, str], ...] = ()
     """(tool name, warning) for tools whose schema does not compile."""
+    empty: bool = False
+    """`inventory.empty`, read on every call (a plain attribute is cheaper than a model field)."""
 
 
 _PREPARED: dict[int, tuple[ToolInventory, _Prepared]] = {}
@@ -370,7 +379,8 @@ def _prepare(inventory: ToolInventory) -> _Prepared:
             broken.append((tool.name, f"tool {tool.name!r} cannot be checked: {ref.problem}"))
     prepared = _Prepared(
         inventory=inventory, tools=tools, names=tuple(tools), problems=inventory.problems,
-        unnamed=tuple(p for p in inventory.problems if p.name is None), broken=tuple(broken))
+        unnamed=tuple(p for p in inventory.problems if p.name is None), broken=tuple(broken),
+        empty=inventory.empty)
     _put(_PREPARED, id(inventory), (inventory, prepared), _PREPARED_CACHE_SIZE)
     return prepared
 
@@ -405,8 +415,9 @@ class _Issue:
         return _path(self.segments)
 
     def finding(self) -> Finding:
-        return Finding(check=self.check, path=self.path, message=self.message,
-                       expected=self.expected, actual=self.actual, keyword=self.keyword)
+        # Every value here is the checker's own (exact str, tuples): no validation needed.
+        return _trusted(Finding, check=self.check, path=self.path, message=self.message,
+                        expected=self.expected, actual=self.actual, keyword=self.keyword)
 
 
 Failures = dict[str, list[_Issue]]
@@ -414,7 +425,8 @@ Failures = dict[str, list[_Issue]]
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def _path(segments: tuple[str | int, ...] | list[str | int]) -> str:
+@lru_cache(maxsize=4096)  # the same few locations fail again and again; bounded
+def _path(segments: tuple[str | int, ...]) -> str:
     """JSON path of an instance location: `$.items[0].qty`, `$['odd key']`."""
     out = ["$"]
     for part in segments:
@@ -462,13 +474,15 @@ def _choices(options: list[Any] | tuple[Any, ...], limit: int = 10) -> str:
 def _check(call: ToolCall, prepared: _Prepared) -> StaticResult:
     failures, warnings = _evaluate(call, prepared)
     checks = dict(_ALL_PASS)
+    # The result objects hold only the checker's own values (a validated call, fresh dicts,
+    # tuples of exact str): built without validation, identical to StaticResult(...).
     if not failures:
-        return StaticResult(call=call, checks=checks, warnings=warnings)
+        return _trusted(StaticResult, call=call, checks=checks, warnings=warnings)
     correction, notes = suggest_correction(call, failures, lambda c: _evaluate(c, prepared)[0])
     for name, issues in failures.items():
-        checks[name] = CheckResult(passed=False, findings=tuple(issue.finding() for issue in issues))
-    return StaticResult(call=call, checks=checks, warnings=warnings, correction=correction,
-                        correction_notes=tuple(notes))
+        checks[name] = _trusted(CheckResult, passed=False, findings=tuple([issue.finding() for issue in issues]))
+    return _trusted(StaticResult, call=call, checks=checks, warnings=warnings, correction=correction,
+                    correction_notes=tuple(notes))
 
 
 def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str, ...]]:
@@ -480,7 +494,7 @@ def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str,
             "invalid_tool_call", (), f"The tool call is malformed: {call.error}. {_NOT_CHECKED}: send a call "
             "with a function name and a JSON object of arguments.",
             expected="a function name and a JSON object of arguments", actual=call.raw_arguments)]
-    if prepared.inventory.empty:
+    if prepared.empty:
         failures["empty_api_spec"] = [_Issue(
             "empty_api_spec", (), f"No tool specs were given, so the call cannot be checked. {_NOT_CHECKED}: "
             "pass the tool specs the agent was offered.", expected="at least one tool spec", actual=0)]
@@ -519,10 +533,12 @@ def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str,
             "invalid_api_spec", (), f"The spec of tool {name!r} is unusable: {schema.problem}. "
             f"{_NOT_CHECKED}: fix the tool spec.", expected="a valid JSON Schema", actual=schema.problem,
             keyword=schema.problem_keyword)]
-    warnings = _warnings(prepared, excluded, skip_unnamed)
+    warnings = _warnings(prepared, excluded, skip_unnamed) if prepared.problems or prepared.broken else ()
     if failures or schema is None:
         return failures, warnings
-    arguments = call.arguments if call.arguments is not None else {}
+    arguments = call.arguments
+    if arguments is None:
+        arguments = {}
     try:
         issues = _check_arguments(arguments, schema, name)
     except _Unvalidatable as exc:
@@ -536,8 +552,7 @@ def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str,
 
 
 def _warnings(prepared: _Prepared, excluded: str | None, skip_unnamed: bool) -> tuple[str, ...]:
-    if not prepared.problems and not prepared.broken:
-        return ()
+    # Called only when the inventory has problems or broken tools (most have neither).
     out = [_problem_warning(p) for p in prepared.problems
            if not (p.name is not None and p.name == excluded and excluded not in prepared.tools)
            and not (p.name is None and skip_unnamed)]
@@ -566,17 +581,17 @@ def _check_arguments(args: dict[str, Any], schema: _Schema, tool: str) -> list[_
         for error in schema.validator.iter_errors(args):
             _classify(error, issues, schema.schema)
     for key in unknown:
-        listing = ", ".join(schema.names[:30]) if schema.names else ""
-        known = f"its parameters: {listing}" if listing else "it takes no parameters"
         issues.append(_Issue(
             "non_existent_parameter", (key,), f'{_path((key,))}: "{key}" is not a parameter of tool {tool!r} '
-            f"({known}). Remove it or use a defined parameter.", expected=list(schema.names), actual=key,
+            f"({schema.known}). Remove it or use a defined parameter.", expected=list(schema.names), actual=key,
             keyword="additionalProperties" if schema.forbids_extra else "properties", at=(), value=args[key]))
     return _tidy(issues)
 
 
 def _tidy(issues: list[_Issue]) -> list[_Issue]:
     """Drop echoes: duplicates, errors at a value already wrong in type, names reported twice."""
+    if len(issues) < 2:  # nothing to echo
+        return issues
     wrong_type = {i.at for i in issues if i.check == "incorrect_parameter_type"}
     unknown = {i.segments for i in issues if i.check == "non_existent_parameter"}
     seen: set[Any] = set()
@@ -597,7 +612,8 @@ def _tidy(issues: list[_Issue]) -> list[_Issue]:
     return out
 
 
-def _keyword(schema_path: list[Any], fallback: str) -> str:
+@lru_cache(maxsize=4096)  # a schema fails at the same few places row after row; bounded
+def _keyword(schema_path: tuple[Any, ...], fallback: str) -> str:
     """The last JSON Schema keyword on a schema path (property names are skipped)."""
     keyword = None
     skip = False
@@ -619,8 +635,7 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
     kind = error.kind
     name = kind.name
     at = tuple(error.instance_path)
-    where = _path(at)
-    keyword = _keyword(error.schema_path, name)
+    keyword = _keyword(tuple(error.schema_path), name)
     if name == "type":
         types = tuple(kind.types)
         issues.append(_type_issue(at, error.instance, types, keyword))
@@ -632,6 +647,7 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
             f"missing{hint}. Add it.", expected=prop, actual=None, keyword=keyword, at=at))
     elif name in ("enum", "const"):
         options = tuple(kind.options) if name == "enum" else (kind.expected_value,)
+        where = _path(at)
         if name == "enum":
             message = f"{where}: {_show(error.instance)} is not one of the allowed values {_choices(options)}. Use one of them."
             expected: Any = list(options)
@@ -681,10 +697,11 @@ def _violation(error: Any, keyword: str, root: dict[str, Any]) -> _Issue:
 
 def _type_issue(at: tuple[str | int, ...], value: Any, types: tuple[str, ...], keyword: str) -> _Issue:
     wanted = _either(list(types))
+    actual = json_type(value)
     return _Issue(
-        "incorrect_parameter_type", at, f"{_path(at)}: expected {wanted}, got {json_type(value)} {_show(value)}. "
+        "incorrect_parameter_type", at, f"{_path(at)}: expected {wanted}, got {actual} {_show(value)}. "
         f"Send a value of type {wanted}.", expected=types[0] if len(types) == 1 else list(types),
-        actual=json_type(value), keyword=keyword, at=at, value=value, types=types)
+        actual=actual, keyword=keyword, at=at, value=value, types=types)
 
 
 def _classify_union(error: Any, issues: list[_Issue], root: dict[str, Any], keyword: str) -> None:

@@ -5,11 +5,18 @@ from __future__ import annotations
 import json
 import uuid
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reflection._json import parse_json, parse_json_keeping, require_json_like
+from reflection._json import (
+    FINITE,
+    PLAIN,
+    parse_json,
+    parse_json_keeping,
+    require_json_like,
+)
 from reflection.formats import normalize_calls, normalize_tools
 from reflection.rows import parse_line, read_row
 from reflection.static import check_call
@@ -105,3 +112,60 @@ def test_json_like_check_accepts_str_subclass_keys_and_names_the_first_bad_part(
         require_json_like({"a": [1, uuid.uuid4()]}, "call")
     with pytest.raises(TypeError, match=r"key 2 of type int"):
         require_json_like([[1, {2: 3}]], "call")
+
+
+class _Float(float):
+    pass
+
+
+class _Str(str):
+    pass
+
+
+def _nested(depth: int, leaf: object) -> object:
+    value = leaf
+    for _ in range(depth):
+        value = {"a": [value]}
+    return value
+
+
+@pytest.mark.parametrize(("value", "flags"), [
+    ({"a": [1, "x", None, True, 2.5, {"b": ()}]}, PLAIN | FINITE),
+    ({"a": [1, {"b": float("inf")}]}, PLAIN),
+    ([float("nan")], PLAIN),
+    (float("-inf"), PLAIN),
+    ("text", PLAIN | FINITE),
+    ({"a": _Float("nan")}, 0),  # subclasses go through the exact check
+    ({"a": [_Float(1.5)]}, FINITE),
+    ({_Str("k"): 1}, FINITE),
+    (_nested(300, 1.0), FINITE),  # deeper than the one-walk scan: the exact check answers
+    (_nested(300, float("nan")), 0),
+])
+def test_json_like_check_also_tells_whether_the_value_is_finite_and_plain(value, flags):
+    assert require_json_like(value, "call") == flags
+
+
+@pytest.mark.parametrize("call", [
+    {"name": "w", "arguments": {"x": [1, {"y": float("inf")}]}},
+    {"type": "tool_use", "id": "t1", "name": "w", "input": {"x": _Float("nan")}},
+])
+def test_non_finite_numbers_anywhere_in_object_arguments_are_a_data_error(call):
+    assert "NaN or Infinity" in normalize_calls(call)[0].error
+
+
+def test_non_finite_numbers_outside_the_arguments_do_not_fail_the_call():
+    call = {"name": "w", "arguments": {"x": 1}, "extra": float("nan")}
+    assert normalize_calls(call)[0].error is None
+
+
+def test_parse_json_reads_a_raw_member_like_its_bytes():
+    for text in (b'{"a": [1, 2.5, "x"]}', b"123456789012345678901234567890", b"[1, 2] junk", b'{"a": NaN}'):
+        try:
+            expected: object = parse_json(text)
+        except ValueError as exc:
+            expected = ("error", str(exc))
+        try:
+            got: object = parse_json(msgspec.Raw(text))
+        except ValueError as exc:
+            got = ("error", str(exc))
+        assert got == expected
