@@ -14,6 +14,7 @@ from reflection.batch import reflect_dataset
 from reflection.batch._cli import batch, report
 from reflection.config import ReflectionConfig
 from reflection.scoring._cli import score
+from reflection.service._cli import mcp_proxy, serve
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Check LLM agents' tool calls before they execute, and score them against references.")
@@ -82,3 +83,5 @@ async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: 
 app.command("score", help="Score predicted tool calls against references (JSON Lines joined by id).")(score)
 app.command("batch", help="Reflect a dataset with resume, judge cache, progress and a report.")(batch)
 app.command("report", help="Summarise a batch output file (text table or --json).")(report)
+app.command("serve", help="Run the reflection service and the OpenAI-compatible gateway (HTTP).")(serve)
+app.command("mcp-proxy", help="Check the tool calls of an MCP server run over stdio: reflection mcp-proxy -- COMMAND ARGS...")(mcp_proxy)
