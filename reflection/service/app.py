@@ -138,9 +138,9 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         from reflection.service.gateway import Gateway
 
         async with contextlib.AsyncExitStack() as stack:
-            state.reflector = await stack.enter_async_context(Reflector(config))
-            state.gate = Gate(config, judge=state.reflector.judge)
-            stack.push_async_callback(state.gate.aclose)
+            # One judge (the gate's, with its in-memory reply cache) for the gate and /v1/reflect.
+            state.gate = await stack.enter_async_context(Gate(config))
+            state.reflector = Reflector(config, judge=state.gate.judge)
             state.probe_client = await stack.enter_async_context(httpx.AsyncClient(timeout=2.0))
             if config.upstream is not None:
                 state.gateway = await stack.enter_async_context(Gateway(config.upstream, state.gate, metrics))

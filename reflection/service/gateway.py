@@ -7,7 +7,7 @@ every tool call in the reply gated before the client sees it.
   as specs. `allow`: passed through. `modify`: the verified correction replaces it. `reflect`:
   the model is asked again with the call and the feedback as the tool's result (up to
   `upstream.max_reflect_rounds` times), and what it answers replaces the call; when the rounds
-  run out, the call gets the policy's fallback (`deny`). `deny`: the call is removed and the
+  run out, the call gets `upstream.reflect_fallback` (`deny` by default). `deny`: the call is removed and the
   message says why. `escalate`: the call is removed from `tool_calls` and returned under
   `reflection.escalated` for a person to approve.
 - The reply carries a `reflection` field (every decision, in order, with its round) and the
@@ -221,10 +221,11 @@ class Gateway:
         if action == "modify":
             return [_Outcome(_as_openai(decision.call, call), "modify", decision.tool)]
         if action == "escalate":
-            return [_Outcome(None, "escalate", decision.tool, text=f"The call to {decision.tool} is waiting for approval.",
-                             escalated={"call": call, "feedback": decision.feedback, "reason": decision.reason})]
+            return [_escalated(call, decision)]
         if action == "reflect" and round_ < self.upstream.max_reflect_rounds:
             return await self._reask(call, decision, body, headers, turn, round_, history)
+        if action == "reflect" and self.upstream.reflect_fallback == "escalate":
+            return [_escalated(call, decision)]
         return [_denied(decision)]
 
     async def _reask(self, call: Any, decision: Any, body: dict[str, Any], headers: dict[str, str], turn: _Turn,
@@ -401,6 +402,11 @@ def _as_openai(corrected: Any, original: Any) -> dict[str, Any]:
     out = dict(original) if isinstance(original, dict) else {"type": "function"}
     out["function"] = {"name": function.get("name"), "arguments": arguments if isinstance(arguments, str) else dumps(arguments)}
     return out
+
+
+def _escalated(call: Any, decision: Any) -> _Outcome:
+    return _Outcome(None, "escalate", decision.tool, text=f"The call to {decision.tool} is waiting for approval.",
+                    escalated={"call": call, "feedback": decision.feedback, "reason": decision.reason})
 
 
 def _denied(decision: Any, note: str | None = None) -> _Outcome:

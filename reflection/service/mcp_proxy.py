@@ -108,7 +108,7 @@ class McpProxy:
             known.update({t["name"]: t for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)})
             self.tools = known
 
-    async def _request(self, method: str, params: dict[str, Any] | None) -> Any:
+    async def _request(self, method: str, params: dict[str, Any]) -> Any:
         """Send the proxy's own request to the server; its answer is not relayed to the client."""
         request_id = f"reflection-mcp-proxy-{next(self._ids)}"
         send, receive = anyio.create_memory_object_stream[Any](1)
@@ -120,15 +120,24 @@ class McpProxy:
         async with receive:
             return await receive.receive()
 
-    async def _ensure_tools(self) -> None:
-        """List the server's tools (all pages) when no tools/list answer has been seen yet."""
+    async def _ensure_tools(self, meta: Any) -> None:
+        """List the server's tools (all pages) when no tools/list answer has been seen yet.
+
+        `meta` is the client's request `_meta`: its protocol envelope (version, capabilities),
+        which newer protocol versions require on every request, is sent along."""
+        envelope = {k: v for k, v in meta.items() if k.startswith("io.modelcontextprotocol/")} if isinstance(meta, dict) else {}
         async with self._tools_lock:
             if self.tools is not None:
                 return
             cursor: str | None = None
             for _ in range(100):
-                answer = await self._request("tools/list", {"cursor": cursor} if cursor else None)
+                params: dict[str, Any] = {"_meta": envelope} if envelope else {}
+                if cursor:
+                    params["cursor"] = cursor
+                answer = await self._request("tools/list", params)
                 if not isinstance(answer, types.JSONRPCResponse):
+                    log.warning("the server refused the proxy's tools/list: %s", getattr(answer, "error", answer),
+                                extra={"event": "mcp_tools_list_failed"})
                     break
                 self._learn(answer.result)
                 cursor = answer.result.get("nextCursor") if isinstance(answer.result, dict) else None
@@ -142,7 +151,7 @@ class McpProxy:
         params = request.params if isinstance(request.params, dict) else {}
         name = params.get("name")
         arguments = params.get("arguments")
-        await self._ensure_tools()
+        await self._ensure_tools(params.get("_meta"))
         call = {"name": name if isinstance(name, str) else "", "arguments": arguments if arguments is not None else {}}
         decision = await self.gate.check(call, list((self.tools or {}).values()), None)
         log.info("tools/call", extra={"event": "mcp_tools_call", "actions": decision.action, "route": str(name)})
@@ -155,7 +164,9 @@ class McpProxy:
             await self.server_write.send(_message({**data, "params": corrected}))
             return
         text = decision.feedback or decision.reason
-        result = {"content": [{"type": "text", "text": text}], "isError": True}
+        # The SDK's own model, so the result carries what the negotiated protocol version requires.
+        result = types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+        result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         await self.client_write.send(_message({"jsonrpc": "2.0", "id": request.id, "result": result}))
 
 
