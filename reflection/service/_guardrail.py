@@ -57,7 +57,8 @@ def _explain(decision: Any) -> str:
     text = decision.feedback or decision.reason
     if decision.action == "modify":
         call = decision.call.get("function", decision.call) if isinstance(decision.call, dict) else decision.call
-        text = f"{decision.reason}; the corrected call is {dumps(call)}"
+        problems = decision.result.feedback() if decision.result is not None else None
+        text = f"{problems or decision.reason}\nThe corrected call would be {dumps(call)}"
     return f"tool call {decision.tool!r} ({decision.action}): {text}"
 
 

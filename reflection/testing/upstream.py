@@ -8,9 +8,10 @@ so a model re-asked with feedback for a refused call gives the next scripted rep
 
     {"content": "text" | None, "tool_calls": [{"name": ..., "arguments": {...} or "raw text"}]}
 
-or an error: `{"status": 429, "error": {"message": ...}, "headers": {"retry-after": "1"}}`.
+or an error: `{"status": 429, "error": {"message": ...}, "headers": {"retry-after": "1"}}`; a
+`"delay": seconds` key makes that reply slow.
 A model not in the script answers the text "ok" without tool calls. Every request body is kept
-in `requests` (newest last).
+in `requests` (newest last; its raw bytes and headers in `raw_requests` and `headers`).
 
     with StandInModel({"m": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}]}) as up:
         OpenAI(base_url=up.base_url, api_key="x").chat.completions.create(model="m", messages=[...])
@@ -109,6 +110,8 @@ class StandInModel:
         self.idle_timeout = idle_timeout
         self.port = port
         self.requests: collections.deque[dict[str, Any]] = collections.deque(maxlen=10_000)
+        self.raw_requests: collections.deque[bytes] = collections.deque(maxlen=10_000)
+        self.headers: collections.deque[dict[str, str]] = collections.deque(maxlen=10_000)
         self._serial = itertools.count(1)
         self._last_request = time.monotonic()
         self._ready = threading.Event()
@@ -153,17 +156,22 @@ class StandInModel:
 
         async def chat(request: Request) -> Response:
             self._last_request = time.monotonic()
+            raw = await request.body()
             try:
-                body = orjson.loads(await request.body())
+                body = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
                 return JSONResponse({"error": {"message": f"request body is not JSON: {exc}"}}, status_code=400)
             self.requests.append(body)
+            self.raw_requests.append(raw)
+            self.headers.append(dict(request.headers))
             if self.latency:
                 await asyncio.sleep(self.latency)
             model = str(body.get("model"))
             replies = self.script.get(model) or [{"content": "ok"}]
             rounds = sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "tool")
             reply = replies[min(rounds, len(replies) - 1)]
+            if reply.get("delay"):
+                await asyncio.sleep(reply["delay"])
             if "status" in reply:
                 return JSONResponse({"error": reply.get("error", {"message": "scripted error"})},
                                     status_code=reply["status"], headers=reply.get("headers"))
