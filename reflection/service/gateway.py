@@ -283,8 +283,8 @@ class Gateway:
                 except ValueError:
                     yield (line + "\n\n").encode()
                     continue
-                if not isinstance(chunk, dict) or not isinstance(chunk.get("choices"), list):
-                    yield _event(chunk)
+                if not isinstance(chunk, dict) or not isinstance(chunk.get("choices"), list) or not chunk["choices"]:
+                    yield _event(chunk)  # e.g. the usage chunk
                     continue
                 async for event in self._relay_chunk(chunk, choices, body, headers):
                     yield event
