@@ -74,7 +74,8 @@ class Problem(BaseModel):
     detail: Any
 
 
-_ROW_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": RowIn.model_json_schema()}}}}
+_ROW_SCHEMA = {**RowIn.model_json_schema(), "anyOf": [{"required": ["call"]}, {"required": ["tool_calls"]}]}
+_ROW_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": _ROW_SCHEMA}}}}
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": Problem, "description": "The body is not JSON."},
     401: {"model": Problem, "description": "Missing or invalid API key."},
