@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -76,9 +77,14 @@ class Gateway:
         self.metrics = metrics
         self.url = upstream.base_url.rstrip("/") + "/chat/completions"
         self._owns_client = http_client is None
+        # TCP_NODELAY: httpcore writes a request's head and body separately, and Nagle's algorithm
+        # meeting the server's delayed ACK would hold every body back by ~40 ms.
         self.client = http_client or httpx.AsyncClient(
             timeout=httpx.Timeout(upstream.timeout, connect=10.0),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+            transport=httpx.AsyncHTTPTransport(
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+                socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+            ),
         )
 
     async def __aenter__(self) -> Gateway:
