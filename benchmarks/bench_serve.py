@@ -19,6 +19,7 @@ machine's cores: on a 2-core machine the servers, the stand-in and the clients c
 busy machine shows it. Run it on a quiet machine, and more than once.
 
     python benchmarks/bench_serve.py [--requests 3000] [--check-requests 5000] [--concurrency 64] [--latency 0.05]
+                                     [--workers 1]
 """
 
 from __future__ import annotations
@@ -70,13 +71,22 @@ def start_upstream(latency: float, tmp: Path) -> tuple[subprocess.Popen[str], st
     return process, process.stdout.readline().strip()
 
 
-def start_service(tmp: Path, upstream: str) -> tuple[subprocess.Popen[bytes], str]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its children so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def start_service(tmp: Path, upstream: str, workers: int) -> tuple[subprocess.Popen[bytes], str]:
     config = tmp / "config.yaml"
     config.write_text(json.dumps({"upstream": {"base_url": upstream}}))  # JSON is YAML
     log = tmp / "service.log"
     with log.open("wb") as err:
         process = subprocess.Popen([sys.executable, "-c", "from reflection.cli import app; app()", "serve",
-                                    "--config", str(config), "--port", "0"],
+                                    "--config", str(config), "--port", "0", "--workers", str(workers)],
                                    stdout=subprocess.DEVNULL, stderr=err, env=_env())
     return process, _wait_for_url(process, log, r"serving on (http://127\.0\.0\.1:\d+)")
 
@@ -198,7 +208,7 @@ def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         upstream, upstream_url = start_upstream(args.latency, tmp)
-        service, service_url = start_service(tmp, upstream_url)
+        service, service_url = start_service(tmp, upstream_url, args.workers)
         echo, echo_url = start_echo(tmp)
         try:
             upstream_base = upstream_url.removesuffix("/v1")
@@ -206,10 +216,12 @@ def run(args: argparse.Namespace) -> None:
                 asyncio.run(load(url, "/v1/chat/completions", chat, 300, args.concurrency))
             direct, direct_wall, direct_err = asyncio.run(
                 load(upstream_base, "/v1/chat/completions", chat, args.requests, args.concurrency))
+            cpu = cpu_seconds(service.pid)
             gated, gated_wall, gated_err = asyncio.run(
                 load(service_url, "/v1/chat/completions", chat, args.requests, args.concurrency))
+            gateway_cpu = cpu_seconds(service.pid) - cpu
             print(f"gateway, {args.concurrency} concurrent clients, {args.requests} requests each way, "
-                  f"stand-in latency {args.latency * 1000:.0f} ms, gate static (no judge)")
+                  f"stand-in latency {args.latency * 1000:.0f} ms, gate static (no judge), {args.workers} worker(s)")
             for name, lat, wall, err in (("direct ", direct, direct_wall, direct_err), ("gateway", gated, gated_wall, gated_err)):
                 print(f"  {name}: p50 {_pct(lat, 0.5) * 1000:7.2f} ms  p99 {_pct(lat, 0.99) * 1000:7.2f} ms  "
                       f"{len(lat) / wall:8.1f} req/s  errors {err}")
@@ -218,6 +230,8 @@ def run(args: argparse.Namespace) -> None:
             ratio = (len(gated) / gated_wall) / (len(direct) / direct_wall)
             print(f"  added latency: p50 {added50:+.2f} ms (target <= 2), p99 {added99:+.2f} ms (target <= 10); "
                   f"throughput {ratio:.2f}x direct (target >= 0.9)")
+            print(f"  the gateway process's CPU: {gateway_cpu / args.requests * 1000:.2f} ms per request "
+                  f"(the most one core can pass is about {args.requests / max(gateway_cpu, 1e-9):.0f} req/s)")
 
             for url, path in ((service_url, "/v1/check"), (echo_url, "/echo")):
                 asyncio.run(load(url, path, row, 500, args.concurrency))
@@ -240,6 +254,7 @@ def main() -> None:
     parser.add_argument("--check-requests", type=int, default=5000, help="/v1/check and echo requests per arm")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--latency", type=float, default=0.05, help="the stand-in model's latency (s)")
+    parser.add_argument("--workers", type=int, default=1, help="reflection serve --workers")
     parser.add_argument("--echo-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_server:

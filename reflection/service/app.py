@@ -144,7 +144,8 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
             state.reflector = Reflector(config, judge=state.gate.judge)
             state.probe_client = await stack.enter_async_context(httpx.AsyncClient(timeout=2.0))
             if config.upstream is not None:
-                state.gateway = await stack.enter_async_context(Gateway(config.upstream, state.gate, metrics))
+                state.gateway = await stack.enter_async_context(
+                    Gateway(config.upstream, state.gate, metrics, connections=config.service.max_in_flight))
             yield
 
     app = FastAPI(

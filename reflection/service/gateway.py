@@ -1,7 +1,8 @@
 """The OpenAI-compatible gateway: `POST /v1/chat/completions` forwarded to the upstream model, with
 every tool call in the reply gated before the client sees it.
 
-- A request without `tools` is forwarded and answered byte for byte (streamed or not).
+- Every request is forwarded as it came (a re-ask is the gateway's own request). A request
+  without `tools` is answered byte for byte (streamed or not).
 - An upstream error (any status but 200) reaches the client unchanged: status, body, headers.
 - Each tool call of the reply is gated with the request's `messages` as history and its `tools`
   as specs. `allow`: passed through. `modify`: the verified correction replaces it. `reflect`:
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -30,7 +30,8 @@ import anyio
 import httpx
 from starlette.responses import Response, StreamingResponse
 
-from reflection._json import dumps, parse_json
+from reflection._http import ShardedTransport
+from reflection._json import dumps, parse_json, parse_json_keeping
 from reflection.config import UpstreamConfig
 from reflection.service._middleware import AUTH_HEADER
 
@@ -43,7 +44,7 @@ _HOP_BY_HOP = frozenset({
 })
 _NOT_UPSTREAM = _HOP_BY_HOP | {"authorization", AUTH_HEADER, "accept-encoding", "cookie"}
 _NOT_DOWNSTREAM_DECODED = _HOP_BY_HOP | {"content-encoding"}
-_FALLBACK = "deny"
+_TOOLS = frozenset({"tools"})
 
 
 @dataclasses.dataclass
@@ -69,23 +70,20 @@ class _Turn:
 
 
 class Gateway:
-    """Forwards Chat Completions to `upstream` and gates the tool calls in the replies."""
+    """Forwards Chat Completions to `upstream` and gates the tool calls in the replies, with up to
+    `connections` upstream requests at once (or on `http_client`, which the caller closes)."""
 
-    def __init__(self, upstream: UpstreamConfig, gate: Any, metrics: Any, *, http_client: httpx.AsyncClient | None = None):
+    def __init__(self, upstream: UpstreamConfig, gate: Any, metrics: Any, *, connections: int = 256,
+                 http_client: httpx.AsyncClient | None = None):
         self.upstream = upstream
         self.gate = gate
         self.metrics = metrics
         self.url = upstream.base_url.rstrip("/") + "/chat/completions"
         self._owns_client = http_client is None
-        # TCP_NODELAY: httpcore writes a request's head and body separately, and Nagle's algorithm
-        # meeting the server's delayed ACK would hold every body back by ~40 ms.
-        self.client = http_client or httpx.AsyncClient(
-            timeout=httpx.Timeout(upstream.timeout, connect=10.0),
-            transport=httpx.AsyncHTTPTransport(
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-                socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-            ),
-        )
+        # Many small connection pools (reflection/_http.py): one big httpcore pool costs CPU
+        # quadratic in its size on every request.
+        self.client = http_client or httpx.AsyncClient(timeout=httpx.Timeout(upstream.timeout, connect=10.0),
+                                                       transport=ShardedTransport(connections))
 
     async def __aenter__(self) -> Gateway:
         return self
@@ -106,14 +104,16 @@ class Gateway:
         if isinstance(out_headers, Response):
             return out_headers
         try:
-            body = parse_json(raw)
+            # `tools` stays JSON text: the gate's spec cache is keyed by it, so a client that sends
+            # the same tools on every request has them read once.
+            body = parse_json_keeping(raw, _TOOLS)
         except ValueError:
             body = None
-        if not isinstance(body, dict) or not body.get("tools"):
+        if not isinstance(body, dict) or body.get("tools", b"").strip() in (b"", b"[]", b"null"):
             return await self._pass_through(raw, out_headers)
         if body.get("stream"):
-            return await self._stream(body, out_headers)
-        return await self._complete(body, out_headers)
+            return await self._stream(raw, body, out_headers)
+        return await self._complete(raw, body, out_headers)
 
     def _upstream_headers(self, headers: Mapping[str, str], state: Mapping[str, Any]) -> dict[str, str] | Response:
         out = {k: v for k, v in headers.items() if k.lower() not in _NOT_UPSTREAM}
@@ -144,8 +144,8 @@ class Gateway:
         self.metrics.upstream_latency.observe(time.perf_counter() - started)
         return response
 
-    async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response | Response:
-        request = self.client.build_request("POST", self.url, content=dumps(body).encode(),
+    async def _post(self, content: bytes, headers: dict[str, str]) -> httpx.Response | Response:
+        request = self.client.build_request("POST", self.url, content=content,
                                             headers={**headers, "content-type": "application/json"})
         return await self._send(request)
 
@@ -168,8 +168,8 @@ class Gateway:
 
     # --- plain completions ------------------------------------------------------------------
 
-    async def _complete(self, body: dict[str, Any], headers: dict[str, str]) -> Response:
-        response = await self._post(body, headers)
+    async def _complete(self, raw: bytes, body: dict[str, Any], headers: dict[str, str]) -> Response:
+        response = await self._post(raw, headers)
         if isinstance(response, Response):
             return response
         if response.status_code != 200:
@@ -242,8 +242,9 @@ class Gateway:
                     {"role": "tool", "tool_call_id": call_id or "call", "content": decision.feedback or decision.reason}]
         again = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "n")}
         again["messages"] = messages
+        again["tools"] = parse_json(body["tools"])
         turn.rounds += 1
-        response = await self._post(again, headers)
+        response = await self._post(dumps(again).encode(), headers)
         reply = _first_message(response)
         if reply is None:
             status = response.status_code
@@ -256,8 +257,8 @@ class Gateway:
 
     # --- streaming --------------------------------------------------------------------------
 
-    async def _stream(self, body: dict[str, Any], headers: dict[str, str]) -> Response:
-        request = self.client.build_request("POST", self.url, content=dumps(body).encode(),
+    async def _stream(self, raw: bytes, body: dict[str, Any], headers: dict[str, str]) -> Response:
+        request = self.client.build_request("POST", self.url, content=raw,
                                             headers={**headers, "content-type": "application/json"})
         response = await self._send(request, stream=True)
         if isinstance(response, Response):
