@@ -39,8 +39,20 @@ class Metrics:
         self.judge_cost = Counter("reflection_judge_cost_usd", "Judge cost in USD.", registry=r)
         self.upstream = Counter("reflection_upstream_requests", "Gateway requests to the upstream model by status.",
                                 ["status"], registry=r)
+        self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
+        self._decision_children: dict[tuple[str, str], Any] = {}
+        self._verdict_children: dict[str, Any] = {}
         self.upstream_latency = Histogram("reflection_upstream_duration_seconds", "Upstream model latency.",
                                           buckets=_LATENCY_BUCKETS, registry=r)
+
+    def observe_request(self, route: str, status: int, seconds: float) -> None:
+        """Count one HTTP request and its latency."""
+        key = (route, status)
+        children = self._request_children.get(key)
+        if children is None:  # labels() costs tens of microseconds; a route has few statuses
+            children = self._request_children[key] = (self.requests.labels(route, str(status)), self.latency.labels(route))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def observe_usage(self, usage: JudgeUsage) -> None:
         """Count one reflection's judge traffic."""
@@ -54,12 +66,20 @@ class Metrics:
     def observe_results(self, results: list[ReflectionResult]) -> None:
         """Count reflected calls and their judge traffic."""
         for result in results:
-            self.reflections.labels(str(result.overall_valid).lower()).inc()
+            verdict = str(result.overall_valid).lower()
+            child = self._verdict_children.get(verdict)
+            if child is None:
+                child = self._verdict_children[verdict] = self.reflections.labels(verdict)
+            child.inc()
             self.observe_usage(result.usage)
 
     def observe_decision(self, decision: Any) -> None:
         """Count one gate decision, its latency and its judge traffic."""
-        self.decisions.labels(decision.action, decision.shadow_action or "").inc()
+        key = (decision.action, decision.shadow_action or "")
+        child = self._decision_children.get(key)
+        if child is None:
+            child = self._decision_children[key] = self.decisions.labels(*key)
+        child.inc()
         self.decision_latency.observe(decision.latency_ms / 1000)
         if decision.result is not None:
             self.observe_results([decision.result])

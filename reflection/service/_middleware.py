@@ -9,14 +9,13 @@ streamed responses.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import re
 import time
 import uuid
 from collections.abc import Iterable
 from typing import Any
-
-import anyio
 
 from reflection._json import dumps
 from reflection.service._logging import request_logger
@@ -104,8 +103,7 @@ class ServiceMiddleware:
                 self.in_flight -= 1
                 self.metrics.in_flight.dec()
             elapsed = time.perf_counter() - started
-            self.metrics.requests.labels(route, str(response["status"])).inc()
-            self.metrics.latency.labels(route).observe(elapsed)
+            self.metrics.observe_request(route, response["status"], elapsed)
             if path not in _QUIET:
                 request_logger.info(
                     "request", extra={
@@ -144,7 +142,8 @@ class ServiceMiddleware:
             return message
 
         try:
-            with anyio.fail_after(self.deadline_seconds):
+            # asyncio's own timeout (uvicorn runs asyncio): a few times cheaper than anyio's scope.
+            async with asyncio.timeout(self.deadline_seconds):
                 await self.app(scope, limited_receive, send)
         except _BodyTooLarge:
             if not response["status"]:
