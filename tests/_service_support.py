@@ -90,3 +90,14 @@ class ServiceProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait(5)
+
+
+def wait_in_flight(url: str, count: int, timeout: float = 30) -> None:
+    """Wait until the service at `url` reports at least `count` requests in flight (its /metrics)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in httpx.get(url + "/metrics", timeout=5).text.splitlines():
+            if line.startswith("reflection_http_in_flight ") and float(line.split()[1]) >= count:
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"fewer than {count} requests in flight after {timeout} s")

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from _service_support import HISTORY, TOOLS, ServiceProcess  # noqa: E402
+from _service_support import HISTORY, TOOLS, ServiceProcess, wait_in_flight  # noqa: E402
 
 from reflection.cli import app  # noqa: E402
 from reflection.testing.upstream import StandInModel  # noqa: E402
@@ -28,9 +28,9 @@ KEYS = ["test-key-one", "test-key-two"]
 AUTH = {"Authorization": f"Bearer {KEYS[0]}"}
 MAX_BODY = 64 * 1024
 MAX_IN_FLIGHT = 3
-DEADLINE = 2.0
+DEADLINE = 3.0
 SCRIPT = {
-    "slow": [{"content": "late", "delay": 1.2}],
+    "slow": [{"content": "late", "delay": 1.5}],
     "too-slow": [{"content": "too late", "delay": DEADLINE + 2}],
 }
 
@@ -264,7 +264,7 @@ def test_requests_over_the_in_flight_limit_get_503_with_retry_after(service):
     threads = [threading.Thread(target=call) for _ in range(MAX_IN_FLIGHT)]
     for thread in threads:
         thread.start()
-    time.sleep(0.6)  # the slow requests are now in flight
+    wait_in_flight(service.url, MAX_IN_FLIGHT)
     refused = httpx.post(service.url + "/v1/check", json=_row({"name": "get_weather", "arguments": {}}), headers=AUTH)
     for thread in threads:
         thread.join()
@@ -363,7 +363,7 @@ def test_sigterm_drains_the_requests_in_flight(tmp_path, upstream):
     thread = threading.Thread(target=lambda: results.append(
         httpx.post(server.url + "/v1/chat/completions", json={"model": "slow", "messages": HISTORY}, timeout=10)))
     thread.start()
-    time.sleep(0.5)
+    wait_in_flight(server.url, 1)
     server.terminate()
     thread.join(10)
     # uvicorn re-raises the SIGTERM it handled once drained: the exit status says "terminated".
