@@ -175,7 +175,7 @@ class Gateway:
         if response.status_code != 200:
             return _unchanged(response)
         try:
-            data = response.json()
+            data = parse_json(response.content)
         except ValueError:
             return _unchanged(response)
         choices = data.get("choices") if isinstance(data, dict) else None
@@ -395,7 +395,7 @@ def _first_message(response: httpx.Response | Response) -> dict[str, Any] | None
     if isinstance(response, Response) or response.status_code != 200:
         return None
     try:
-        data = response.json()
+        data = parse_json(response.content)
         message = data["choices"][0]["message"]
     except (ValueError, KeyError, IndexError, TypeError):
         return None
