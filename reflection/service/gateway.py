@@ -110,6 +110,8 @@ class Gateway:
         except ValueError:
             body = None
         if not isinstance(body, dict) or body.get("tools", b"").strip() in (b"", b"[]", b"null"):
+            if "accept-encoding" in headers:  # the bytes go back as they come: in an encoding the client takes
+                out_headers["accept-encoding"] = headers["accept-encoding"]
             return await self._pass_through(raw, out_headers)
         if body.get("stream"):
             return await self._stream(raw, body, out_headers)
