@@ -385,3 +385,21 @@ def test_several_workers_serve_and_report_metrics_together(tmp_path):
         assert float(line.split()[-1]) == 12.0
     finally:
         assert server.stop() in (0, -signal.SIGTERM)
+
+
+def test_with_a_judge_reflect_runs_the_semantic_checks_and_metrics_count_its_requests(tmp_path):
+    from reflection.testing.server import StandInJudge
+
+    with StandInJudge(idle_timeout=60) as judge:
+        server = ServiceProcess(tmp_path, {"judge": {"base_url": judge.base_url, "model": "stand-in"}}).start()
+        try:
+            row = httpx.post(server.url + "/v1/reflect", timeout=30,
+                             json=_row({"name": "get_weather", "arguments": {"city": "Paris", "days": 2}})).json()
+            assert row["overall_valid"] is True and row["semantic_general_hallucination_check"] == 1.0
+            assert row["usage"]["requests"] == 1
+            assert httpx.get(server.url + "/readyz").json()["checks"]["judge"].startswith("reachable")
+            text = httpx.get(server.url + "/metrics").text
+            assert "reflection_judge_requests_total 1.0" in text
+            assert 'reflection_judge_tokens_total{kind="prompt"}' in text
+        finally:
+            server.stop()
