@@ -29,8 +29,11 @@ DEADLINE_PASSED = "no judge reply within the deadline"
 
 
 def _is_parallel(call: Any) -> bool:
-    """Several calls in: several results out. A list, or a message carrying `tool_calls`."""
-    return isinstance(call, (list, tuple)) or (isinstance(call, Mapping) and isinstance(call.get("tool_calls"), list))
+    """Several calls in: several results out. A list, or an assistant message carrying
+    `tool_calls` (OpenAI) or content blocks (Anthropic `tool_use`)."""
+    return isinstance(call, (list, tuple)) or (isinstance(call, Mapping) and (
+        isinstance(call.get("tool_calls"), list)
+        or (call.get("role") == "assistant" and isinstance(call.get("content"), list))))
 
 
 class Reflector:
