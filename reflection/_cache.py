@@ -8,6 +8,7 @@ answers that passed validation are stored, so a failed request is asked again ne
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -148,23 +149,27 @@ class MemoryJudgeCache:
         self.hits = 0
         self.misses = 0
         self._replies: OrderedDict[str, Any] = OrderedDict()
+        # A gate's blocking path runs on its own thread and shares this cache.
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._replies)
 
     async def get(self, key: str) -> Any | None:
         """The stored reply for `key`, or None."""
-        value = self._replies.get(key)
-        if value is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        self._replies.move_to_end(key)
-        return value
+        with self._lock:
+            value = self._replies.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self._replies.move_to_end(key)
+            return value
 
     async def put(self, key: str, value: Any) -> None:
         """Store a validated reply under `key`, evicting the least recently used past the bound."""
-        self._replies[key] = value
-        self._replies.move_to_end(key)
-        while len(self._replies) > self.max_entries:
-            self._replies.popitem(last=False)
+        with self._lock:
+            self._replies[key] = value
+            self._replies.move_to_end(key)
+            while len(self._replies) > self.max_entries:
+                self._replies.popitem(last=False)
