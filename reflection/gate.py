@@ -95,7 +95,7 @@ class Gate:
             judge = Judge(self.config.judge, http_client=http_client, cache=cache)
         self.judge = judge
         self._reflector = Reflector(self.config, judge=judge)
-        self._auth_logged = False
+        self._logged: set[str] = set()  # problems already logged (shared with the check_sync gate)
         self._sync: _SyncRunner | None = None
 
     async def __aenter__(self) -> Gate:
@@ -228,8 +228,8 @@ class Gate:
             return "judge uncertain on " + ", ".join(unknown)
         error = errors[0]
         if any(code in error for code in _AUTH_ERRORS):
-            if not self._auth_logged:
-                self._auth_logged = True
+            if "auth" not in self._logged:
+                self._logged.add("auth")
                 logger.error("the judge rejected the request (%s): check the judge's API key (judge.api_key_env); "
                              "until then every judged decision falls back to the judge-failure policy", error)
             return f"judge authentication failed ({_short(error)}); check the judge API key"
@@ -281,7 +281,7 @@ class _SyncRunner:
         self._thread.start()
         judge = None if gate._owns_judge else gate.judge
         self.gate = Gate(gate.config, policy=gate.policy, judge=judge)
-        self.gate._auth_logged = gate._auth_logged
+        self.gate._logged = gate._logged
         if gate._owns_judge and gate.judge is not None and self.gate.judge is not None:
             self.gate.judge.cache = gate.judge.cache
 

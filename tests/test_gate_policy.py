@@ -98,6 +98,7 @@ async def test_a_rejected_api_key_is_surfaced_in_the_reason_and_logged_once(fake
     caplog.set_level(logging.ERROR, logger="reflection.gate")
     async with gate(fake_judge.config) as g:
         decisions = [await g.check(GET, TOOLS, HISTORY) for _ in range(3)]
+        decisions.append(g.check_sync(GET, TOOLS, HISTORY))  # the blocking path shares the once
     assert {d.action for d in decisions} == {"allow"}  # the low-risk tier fails open, but not silently
     assert all(d.reason.startswith("judge authentication failed (HTTP 401") for d in decisions)
     assert all("check the judge API key" in d.reason for d in decisions)
