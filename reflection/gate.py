@@ -18,6 +18,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 import anyio
@@ -25,7 +26,6 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from reflection import telemetry
-from reflection._cache import MemoryJudgeCache
 from reflection.config import GateAction, GatePolicy, ReflectionConfig, RiskTier, ToolRule
 from reflection.formats import express_call, normalize_calls, normalize_history, normalize_tools, raw_calls
 from reflection.judge import Judge
@@ -33,7 +33,7 @@ from reflection.model import History, ReflectionResult, ToolCall, ToolInventory,
 from reflection.pipeline import DEADLINE_PASSED, NO_JUDGE, STATIC_FAILED, Reflector, _is_parallel
 from reflection.verdict import overall_valid
 
-__all__ = ["Decision", "Gate", "GatePolicy", "ToolRule"]
+__all__ = ["Decision", "Gate", "GatePolicy", "MemoryJudgeCache", "ToolRule"]
 
 logger = logging.getLogger("reflection.gate")
 
@@ -258,6 +258,44 @@ class Gate:
             shadow_action=shadow_action,
             tool=call.name,
         )
+
+
+class MemoryJudgeCache:
+    """Judge replies in memory, least recently used evicted past `max_entries`: for a gate
+    answering live traffic, where the same call and conversation often come back (retries,
+    re-asked turns). Keys as `SQLiteJudgeCache` (`reflection.judge.request_key`)."""
+
+    def __init__(self, max_entries: int = 1024):
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be at least 1, got {max_entries}")
+        self.max_entries = max_entries
+        self.hits = 0
+        self.misses = 0
+        self._replies: OrderedDict[str, Any] = OrderedDict()
+        # A gate's blocking path runs on its own thread and shares this cache.
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._replies)
+
+    async def get(self, key: str) -> Any | None:
+        """The stored reply for `key`, or None."""
+        with self._lock:
+            value = self._replies.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self._replies.move_to_end(key)
+            return value
+
+    async def put(self, key: str, value: Any) -> None:
+        """Store a validated reply under `key`, evicting the least recently used past the bound."""
+        with self._lock:
+            self._replies[key] = value
+            self._replies.move_to_end(key)
+            while len(self._replies) > self.max_entries:
+                self._replies.popitem(last=False)
 
 
 def _grounded(grounding: tuple[ValueGrounding, ...]) -> bool:
