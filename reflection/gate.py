@@ -28,9 +28,9 @@ from pydantic import BaseModel, ConfigDict
 from reflection import telemetry
 from reflection.config import GateAction, GatePolicy, ReflectionConfig, RiskTier, ToolRule
 from reflection.formats import express_call, normalize_calls, normalize_history, normalize_tools, raw_calls
-from reflection.judge import Judge
-from reflection.model import History, ReflectionResult, ToolCall, ToolInventory, ValueGrounding
-from reflection.pipeline import DEADLINE_PASSED, NO_JUDGE, STATIC_FAILED, Reflector, _is_parallel
+from reflection.judge import Judge, JudgeError
+from reflection.model import History, JudgeUsage, ReflectionResult, ToolCall, ToolInventory, ValueGrounding
+from reflection.pipeline import NO_JUDGE, STATIC_FAILED, Reflector, _is_parallel
 from reflection.verdict import overall_valid
 
 __all__ = ["Decision", "Gate", "GatePolicy", "MemoryJudgeCache", "ToolRule"]
@@ -43,6 +43,7 @@ _BLOCKING = frozenset({"reflect", "deny", "escalate"})
 _TRUSTED_SOURCES = frozenset({"user", "tool", "system", "default"})
 _AUTH_ERRORS = ("HTTP 401", "HTTP 403")
 _REASON_DETAIL = 160
+DEADLINE_PASSED = "no judge reply within the deadline"
 
 
 class Decision(BaseModel):
@@ -173,23 +174,31 @@ class Gate:
         risk: RiskTier = rule.risk if rule is not None and rule.risk is not None else policy.default_risk
         if rule is not None and rule.checks == "skip":
             return self._finish("allow", raw, call, f"tool matched skip rule {rule.match!r}", None, started)
-        reflector = self._reflector
         model = self.judge.config.model if self.judge is not None else None
         with telemetry.reflection_span(call.name, model) as span:
-            base = reflector._static_stage(call, inventory, history)
+            base = self._reflector._static_stage(call, inventory, history)
             static = base["static"]
             correctable = not static.valid and static.correction is not None and policy.apply_corrections
             skipped = self._judge_skipped(rule, risk, base, correctable)
             if skipped is None:
-                deadline = None
-                if policy.deadline_ms is not None:
-                    deadline = max(0.0, policy.deadline_ms / 1000 - (time.perf_counter() - started))
-                result = await reflector._semantic_stage(base, inventory, history, siblings, deadline=deadline)
+                result = await self._ask_judge(base, inventory, history, siblings, started)
             else:
                 result = ReflectionResult(**base, judge_skipped=skipped, overall_valid=overall_valid(static, {}))
             telemetry.record_result(span, result)
         action, reason = self._action(result, risk, correctable)
         return self._finish(action, raw, call, reason, result, started)
+
+    async def _ask_judge(self, base: dict[str, Any], inventory: ToolInventory, history: History,
+                         siblings: tuple[ToolCall, ...], started: float) -> ReflectionResult:
+        """The judge's verdict, or, past the policy's deadline, every check in `error` saying so."""
+        if self.policy.deadline_ms is None:
+            return await self._reflector._semantic_stage(base, inventory, history, siblings)
+        remaining = max(0.0, self.policy.deadline_ms / 1000 - (time.perf_counter() - started))
+        with anyio.move_on_after(remaining):
+            return await self._reflector._semantic_stage(base, inventory, history, siblings)
+        # The requests already sent are not counted: their usage never arrived.
+        late = JudgeError(f"{DEADLINE_PASSED} ({self.policy.deadline_ms:g} ms)")
+        return self._reflector._verdict(base, dict.fromkeys(self.config.checks, late), JudgeUsage())
 
     def _judge_skipped(self, rule: ToolRule | None, risk: RiskTier, base: dict[str, Any], correctable: bool) -> str | None:
         """Why the judge is not asked about this call, or None to ask it."""
