@@ -17,10 +17,13 @@ from reflection.batch._output import OutputCorrupt
 from reflection.batch.progress import make_progress
 from reflection.batch.report import read_report, render_report
 from reflection.batch.runner import BatchStats, default_cache_path, run_batch
+from reflection._log import warnings_to_stderr
+from reflection.judge import JudgeFatalError
 
 __all__ = ["batch", "report"]
 
-_USER_ERRORS = (ValueError, FileNotFoundError, OutputCorrupt, sqlite3.DatabaseError, ImportError, OSError)
+# JudgeFatalError: a judge endpoint that cannot answer (401/403/404/refused) stops the run.
+_USER_ERRORS = (ValueError, FileNotFoundError, OutputCorrupt, sqlite3.DatabaseError, ImportError, OSError, JudgeFatalError)
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -52,6 +55,7 @@ def batch(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr."),
 ) -> None:
     """Reflect every row of INPUT into OUTPUT, one result row per input row (any order), then print the report."""
+    warnings_to_stderr()
     from reflection.cli import load_config  # the shared flag/env/file merge; imported late (cli imports us)
 
     try:
