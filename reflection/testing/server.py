@@ -117,7 +117,7 @@ class StandInJudge:
 
     def stop(self) -> None:
         """Stop serving and wait for the thread."""
-        if self._loop is not None and self._stop is not None:
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():  # not already stopped (idle)
             self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
             self._thread.join(10)
