@@ -14,7 +14,7 @@ from reflection import telemetry
 from reflection.config import ReflectionConfig
 from reflection.formats import normalize_calls, normalize_history, normalize_tools
 from reflection.grounding import ground_call
-from reflection.judge import Judge
+from reflection.judge import Judge, _reraise_fatal
 from reflection.model import History, ReflectionResult, ToolCall, ToolInventory
 from reflection.semantic import SemanticRequest, run_semantic
 from reflection.static import check_call
@@ -80,9 +80,13 @@ class Reflector:
             siblings = tuple(c for j, c in enumerate(calls) if j != i)
             results[i] = await self._reflect_one(calls[i], inventory, conversation, siblings)
 
-        async with anyio.create_task_group() as tg:
-            for i in range(len(calls)):
-                tg.start_soon(run, i)
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(len(calls)):
+                    tg.start_soon(run, i)
+        except BaseExceptionGroup as failed:
+            _reraise_fatal(failed)
+            raise
         return [r for r in results if r is not None]
 
     async def reflect_many(
@@ -101,9 +105,13 @@ class Reflector:
                 else:
                     results[i] = await self.reflect(*row)
 
-        async with anyio.create_task_group() as tg:
-            for i, row in enumerate(rows):
-                tg.start_soon(run, i, row)
+        try:
+            async with anyio.create_task_group() as tg:
+                for i, row in enumerate(rows):
+                    tg.start_soon(run, i, row)
+        except BaseExceptionGroup as failed:
+            _reraise_fatal(failed)
+            raise
         return results
 
     async def _reflect_one(
