@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -28,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from reflection import telemetry
 from reflection.config import GateAction, GatePolicy, ReflectionConfig, RiskTier, ToolRule
 from reflection.formats import express_call, normalize_calls, normalize_history, normalize_tools, raw_calls
-from reflection.judge import Judge, JudgeError
+from reflection.judge import Judge, JudgeError, JudgeFatalError
 from reflection.model import History, JudgeUsage, ReflectionResult, ToolCall, ToolInventory, ValueGrounding
 from reflection.pipeline import NO_JUDGE, STATIC_FAILED, Reflector, _is_parallel
 from reflection.verdict import overall_valid
@@ -190,13 +191,27 @@ class Gate:
 
     async def _ask_judge(self, base: dict[str, Any], inventory: ToolInventory, history: History,
                          siblings: tuple[ToolCall, ...], started: float) -> ReflectionResult:
-        """The judge's verdict, or, past the policy's deadline, every check in `error` saying so."""
-        if self.policy.deadline_ms is None:
-            return await self._reflector._semantic_stage(base, inventory, history, siblings)
-        remaining = max(0.0, self.policy.deadline_ms / 1000 - (time.perf_counter() - started))
-        with anyio.move_on_after(remaining):
-            return await self._reflector._semantic_stage(base, inventory, history, siblings)
-        # The requests already sent are not counted: their usage never arrived.
+        """The judge's verdict; past the policy's deadline, or when the endpoint cannot answer at
+        all (`JudgeFatalError`: a rejected key, an unknown model, a refused connection), every
+        check in `error` saying why, so the judge-failure policy decides instead of an exception."""
+        remaining = math.inf
+        if self.policy.deadline_ms is not None:
+            remaining = max(0.0, self.policy.deadline_ms / 1000 - (time.perf_counter() - started))
+        try:
+            with anyio.move_on_after(remaining):
+                return await self._reflector._semantic_stage(base, inventory, history, siblings)
+        except (JudgeFatalError, BaseExceptionGroup) as exc:
+            fatal = _fatal(exc)
+            if fatal is None:
+                raise
+            key = f"fatal {fatal.status}"
+            if key not in self._logged:  # once per gate: every later call would say the same
+                self._logged.add(key)
+                logger.error("%s; until it is fixed every judged decision falls back to the judge-failure policy%s",
+                             fatal, " (check the judge's API key, judge.api_key_env)" if fatal.status in (401, 403) else "")
+            failed = JudgeError(str(fatal))
+            return self._reflector._verdict(base, dict.fromkeys(self.config.checks, failed), JudgeUsage())
+        # Past the deadline. The requests already sent are not counted: their usage never arrived.
         late = JudgeError(f"{DEADLINE_PASSED} ({self.policy.deadline_ms:g} ms)")
         return self._reflector._verdict(base, dict.fromkeys(self.config.checks, late), JudgeUsage())
 
@@ -237,10 +252,6 @@ class Gate:
             return "judge uncertain on " + ", ".join(unknown)
         error = errors[0]
         if any(code in error for code in _AUTH_ERRORS):
-            if "auth" not in self._logged:
-                self._logged.add("auth")
-                logger.error("the judge rejected the request (%s): check the judge's API key (judge.api_key_env); "
-                             "until then every judged decision falls back to the judge-failure policy", error)
             return f"judge authentication failed ({_short(error)}); check the judge API key"
         if error.startswith(DEADLINE_PASSED):
             return f"judge did not answer within the {self.policy.deadline_ms:g} ms deadline"
@@ -305,6 +316,18 @@ class MemoryJudgeCache:
             self._replies.move_to_end(key)
             while len(self._replies) > self.max_entries:
                 self._replies.popitem(last=False)
+
+
+def _fatal(exc: BaseException) -> JudgeFatalError | None:
+    """The `JudgeFatalError` that `exc` is or holds (per-check requests run in a task group)."""
+    if isinstance(exc, JudgeFatalError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _fatal(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def _grounded(grounding: tuple[ValueGrounding, ...]) -> bool:
