@@ -98,9 +98,10 @@ async def test_a_rejected_api_key_is_surfaced_in_the_reason_and_logged_once(fake
     caplog.set_level(logging.ERROR, logger="reflection.gate")
     async with gate(fake_judge.config) as g:
         decisions = [await g.check(GET, TOOLS, HISTORY) for _ in range(3)]
+        decisions.append(g.check_sync(GET, TOOLS, HISTORY))  # the blocking path shares the once
     assert {d.action for d in decisions} == {"allow"}  # the low-risk tier fails open, but not silently
-    assert all(d.reason.startswith("judge authentication failed (HTTP 401") for d in decisions)
-    assert all("check the judge API key" in d.reason for d in decisions)
+    assert all(d.reason.startswith("judge authentication failed (") and "HTTP 401" in d.reason for d in decisions)
+    assert all(d.reason.endswith("check the judge API key; fail-open for low-risk tool") for d in decisions)
     logged = [r for r in caplog.records if r.name == "reflection.gate"]
     assert len(logged) == 1 and "HTTP 401" in logged[0].getMessage() and "fake-key" not in logged[0].getMessage()
 
@@ -149,3 +150,17 @@ async def test_shadow_mode_allows_everything_and_records_what_it_would_have_done
     assert invalid.result.feedback() is not None
     assert (fixable.action, fixable.shadow_action) == ("allow", "modify")
     assert fixable.call == {"name": "get_order", "arguments": {"order_id": "A-17", "note": 1}}
+
+
+@pytest.mark.parametrize(("call", "action"), [(GET, "allow"), (DELETE, "deny")])
+async def test_a_judge_endpoint_that_refuses_connections_gives_the_failure_policy(call, action, caplog):
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    config = JudgeConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m")
+    async with gate(config) as g:
+        decision = await g.check(call, TOOLS, HISTORY)
+        again = await g.check(call, TOOLS, HISTORY)
+    assert decision.action == again.action == action
+    assert decision.reason.startswith("judge failed (judge http://127.0.0.1") and "connection refused" in decision.reason
+    assert len([r for r in caplog.records if r.name == "reflection.gate"]) == 1

@@ -85,7 +85,7 @@ async def test_a_gate_decision_and_its_shadow_decision_are_on_the_gate_span(fake
 
 
 async def test_a_failed_judge_request_is_an_error_span(fake_judge, spans):
-    fake_judge.fail(401, times=5)
+    fake_judge.fail(500, times=10)
     async with Reflector(ReflectionConfig(judge=fake_judge.config)) as reflector:
         result = await reflector.reflect(CALL, TOOLS, HISTORY)
     chat = by_name(spans)["chat fake-judge"]
