@@ -9,9 +9,9 @@ does the retries. Structured output is negotiated once per endpoint: `json_schem
 
 Every request is bounded: an overall deadline of `timeout` seconds for the whole exchange
 (httpx's own timeouts are per read, so a server trickling bytes would never trip them) and
-at most `max_response_bytes` of body read into memory. The configured API key is redacted
-from every response body before anything reads it, so no reply, error, log line, output
-row or cache entry can carry it. 401, 403, 404 and a refused connection raise
+at most `max_response_bytes` of body read into memory. The configured API key (8 characters
+or more) is redacted from every response body before anything reads it, so no reply, error,
+log line, output row or cache entry can carry it. 401, 403, 404 and a refused connection raise
 `JudgeFatalError`: they are problems of the endpoint, not of one row.
 """
 
