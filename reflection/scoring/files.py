@@ -35,7 +35,6 @@ from reflection.model import JudgeUsage, ToolCall
 from reflection.rows import row_id
 from reflection.scoring.calls import (
     binary_tool_call,
-    read_calls,
     staged_tool_call,
     tool_call_equivalence,
 )
@@ -92,10 +91,9 @@ def error_row(rid: str | None, message: str) -> dict[str, Any]:
     return _blank_row(rid, message)
 
 
-def _blank_row(rid: str | None, error: str | None, expected_tool: str | None = None,
-               predicted_tool: str | None = None) -> dict[str, Any]:
+def _blank_row(rid: str | None, error: str | None, expected_tool: str | None = None) -> dict[str, Any]:
     """Every key of an output row, in order, with null metrics."""
-    row: dict[str, Any] = {"id": rid, "expected_tool": expected_tool, "predicted_tool": predicted_tool}
+    row: dict[str, Any] = {"id": rid, "expected_tool": expected_tool, "predicted_tool": None}
     row.update(dict.fromkeys(SCORE_KEYS + JUDGED_KEYS))
     row.update({"no_call": False, "unknown_tool": False, "error": error, "judge_error": None, "judge_usage": None})
     return row
@@ -136,19 +134,17 @@ def _score_pair(prediction: Mapping[str, Any], reference: Mapping[str, Any], rid
     for index, step in enumerate(expected):
         if step.error is not None:
             raise RowProblem(f"reference {rid}: expected call #{index} is not readable: {step.error}")
-    calls, steps, unreadable, response = _prediction(prediction)
-    row = _blank_row(rid, unreadable, expected_tool=expected[0].name if len(expected) == 1 else None,
-                     predicted_tool=calls[0].name if calls else None)
+    predicted, steps, response = _prediction(prediction)
+    tools = reference.get("tools")
+    row = _blank_row(rid, None, expected_tool=expected[0].name if len(expected) == 1 else None)
     row["trajectory_correctness"] = trajectory_correctness(
-        steps, expected, evaluation_params=_ARGUMENTS, include_reason=False,
-        tools=reference.get("tools")).score
+        steps, expected, evaluation_params=_ARGUMENTS, include_reason=False, tools=tools).score
     if len(expected) <= 1:
-        expected_call = None
-        if expected:
-            step = expected[0]
-            expected_call = ToolCall(name=step.name, arguments=step.args)
+        # The prediction goes to the same public functions a Python user calls, as it is, so a
+        # row scores exactly what the API gives (several calls included).
+        expected_call = ToolCall(name=expected[0].name, arguments=expected[0].args) if expected else None
         sample = ScoringSample(sample_id=rid, query=_query_text(reference.get("query")), expected=expected_call,
-                               predicted=calls, tools=reference.get("tools"))
+                               predicted=predicted, tools=tools)
         try:
             record = evaluator.score_sample(sample)
         except ValueError as exc:
@@ -156,15 +152,11 @@ def _score_pair(prediction: Mapping[str, Any], reference: Mapping[str, Any], rid
         row["predicted_tool"] = record.predicted_tool
         for key in ("tool_selection_accuracy", "parameter_accuracy", "execution_success"):
             row[key] = 1.0 if getattr(record, key) else 0.0
-        row.update(no_call=record.no_call, unknown_tool=record.unknown_tool, error=unreadable or record.error)
+        row.update(no_call=record.no_call, unknown_tool=record.unknown_tool, error=record.error)
         if expected_call is not None:
-            chosen = next((c for c in calls if c.name == expected_call.name), calls[0] if calls else None)
-            if unreadable:
-                chosen = None  # not even JSON: 0 on every call metric, staged included
-            tools = reference.get("tools")
-            row["tool_call_equivalence"] = tool_call_equivalence(chosen, expected_call, tools) if chosen else 0.0
-            row["binary_tool_call"] = binary_tool_call(chosen, expected_call) if chosen else 0.0
-            row["staged_tool_call"] = staged_tool_call(chosen, expected_call) if chosen else 0.0
+            row["tool_call_equivalence"] = tool_call_equivalence(predicted, expected_call, tools)
+            row["binary_tool_call"] = binary_tool_call(predicted, expected_call)
+            row["staged_tool_call"] = staged_tool_call(predicted, expected_call)
     expected_response = reference.get("expected_response")
     answer: str | None = None
     reference_answer: str | None = None
@@ -184,8 +176,11 @@ def _field(row: Mapping[str, Any], keys: tuple[str, ...], kind: str, rid: str) -
     raise RowProblem(f"{kind} {rid}: no expected calls; add them under {keys[0]!r} (null or [] when no call is expected)")
 
 
-def _prediction(row: Mapping[str, Any]) -> tuple[list[ToolCall], list[TrajectoryCall], str | None, Any]:
-    """(calls, trajectory steps, why the prediction is unreadable, response text)."""
+def _prediction(row: Mapping[str, Any]) -> tuple[Any, list[TrajectoryCall], Any]:
+    """(the prediction as the call metrics take it, its trajectory steps, the response text).
+
+    The prediction is the row's call field as it is (a JSON string stays a string), or the
+    list of calls in `messages`."""
     response = row.get("response")
     if "messages" in row and not any(key in row for key in _PREDICTION_KEYS):
         history = normalize_history(row["messages"])
@@ -193,27 +188,13 @@ def _prediction(row: Mapping[str, Any]) -> tuple[list[ToolCall], list[Trajectory
         if response is None:
             texts = [m.content for m in history.messages if m.role == "assistant" and m.content.strip()]
             response = texts[-1] if texts else None
-        return calls, trajectory_from_messages(history), None, response
+        return calls, trajectory_from_messages(history), response
     raw = next((row[key] for key in _PREDICTION_KEYS if key in row), None)
-    if isinstance(raw, str):
-        try:
-            raw = parse_json(raw)
-        except ValueError as exc:
-            # Model output that is not JSON is a wrong answer, not a broken row.
-            return [ToolCall(name="", error=f"the predicted call is not valid JSON: {exc}")], [], (
-                f"the predicted call is not valid JSON: {exc}"), response
-    calls = _calls(raw)
-    steps = [TrajectoryCall(name=c.name, args=c.arguments, error=c.error) for c in calls]
-    return calls, steps, None, response
-
-
-def _calls(raw: Any) -> list[ToolCall]:
-    if raw is None or raw == []:
-        return []
-    if isinstance(raw, Mapping) and raw.get("role") == "assistant" and not raw.get("tool_calls") and not isinstance(
-            raw.get("content"), list):
-        return []  # an assistant message answering in text
-    return read_calls(raw)
+    try:
+        steps = read_trajectory(raw)
+    except ValueError:
+        steps = []  # model output that is not JSON is a wrong answer (no calls), not a broken row
+    return raw, steps, response
 
 
 def _query_text(query: Any) -> str:
