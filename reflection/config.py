@@ -44,6 +44,9 @@ class ReflectionConfig(BaseSettings):
     most recent turns are kept."""
     prompts_dir: Path | None = None
     """A directory of templates (`<check>.md`, `system.md`) that override the shipped ones."""
+    wordnet: Path | None = None
+    """A WordNet database directory for METEOR's synonyms in `reflection score` (also
+    `REFLECTION_WORDNET`); unset: NLTK's data path, then Debian's /usr/share/wordnet."""
 
     @field_validator("checks")
     @classmethod

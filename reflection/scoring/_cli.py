@@ -66,11 +66,18 @@ def score(
         raise typer.Exit(2) from None
     # No separate "judge skipped" line: the summary says it, and with rows on stdout a JSON
     # summary is all of stderr, which must stay one parseable object.
-    summary = ScoreSummary(judge=cfg.judge is not None)
+    try:
+        summary = ScoreSummary(judge=cfg.judge is not None, wordnet=cfg.wordnet)
+    except ValueError as exc:  # a wordnet path (config or REFLECTION_WORDNET) with no WordNet in it
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     out = output.open("w", encoding="utf-8") if output else sys.stdout
     try:
         anyio.run(_write_rows, predictions, references, out, summary, cfg, concurrency, cache_path)
     except sqlite3.DatabaseError as exc:  # an unusable --cache-path; it is opened before any row is written
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except ValueError as exc:  # a WordNet database that cannot be read
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     finally:
@@ -97,7 +104,7 @@ async def _write_rows(predictions: Path, references: Path, out: IO[str], summary
             assert judge is not None
             await stack.enter_async_context(judge)
         async for row in ascore_files(predictions, references, judge=judge, concurrency=concurrency,
-                                      prompts_dir=cfg.prompts_dir):
+                                      prompts_dir=cfg.prompts_dir, wordnet=cfg.wordnet):
             summary.add(row)
             out.write(dumps(row) + "\n")
 
@@ -121,6 +128,8 @@ def _table(data: dict[str, Any]) -> Table:
     table.add_row("error rows", str(data["error_rows"]), "")
     table.add_row("no call when one was expected", str(data["no_call"]), "")
     table.add_row("call to a tool not in the inventory", str(data["unknown_tool"]), "")
+    if data["meteor_synonyms"] is not None:
+        table.add_row("METEOR synonyms (WordNet)", "on" if data["meteor_synonyms"] else "off", "")
     notes = []
     judge = data["judge"]
     if judge["configured"]:
@@ -131,7 +140,10 @@ def _table(data: dict[str, Any]) -> Table:
     else:
         notes.append(f"judged metrics skipped: {_NO_JUDGE}")
     if data["metrics"]["response_exact_match"]["n"] and not data["metrics"]["response_rouge_l"]["n"]:
-        notes.append("response_rouge_l needs the metrics extra: pip install 'reflection[metrics]'")
+        notes.append("response_rouge_l and response_meteor need the metrics extra: pip install 'reflection[metrics]'")
+    if data["meteor_synonyms"] is False:
+        notes.append("response_meteor: WordNet synonyms off, exact and stem matches only (install Debian's "
+                     "wordnet-base, or set REFLECTION_WORDNET to a WordNet database directory)")
     if notes:
         table.caption = "\n".join(notes)
     return table

@@ -65,6 +65,7 @@ SCORE_KEYS: tuple[str, ...] = (
     "trajectory_correctness",
     "response_exact_match",
     "response_rouge_l",
+    "response_meteor",
 )
 """The deterministic metric keys of an output row, in order. Part of the public contract."""
 
@@ -100,10 +101,12 @@ def _blank_row(rid: str | None, error: str | None, expected_tool: str | None = N
 
 
 def score_row(prediction: Mapping[str, Any], reference: Mapping[str, Any], rid: str,
-              evaluator: ToolCallingEvaluator | None = None) -> dict[str, Any]:
+              evaluator: ToolCallingEvaluator | None = None, *, wordnet: str | Path | None = None) -> dict[str, Any]:
     """The output row for one joined pair, without the judged metrics (null). Raises
-    `RowProblem` when the pair is unusable."""
-    return _score_pair(prediction, reference, rid, evaluator or ToolCallingEvaluator())[0]
+    `RowProblem` when the pair is unusable. `wordnet` is as in `score_files`."""
+    from reflection.scoring.response import find_wordnet
+
+    return _score_pair(prediction, reference, rid, evaluator or ToolCallingEvaluator(), find_wordnet(wordnet))[0]
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ class _JudgeInputs:
 
 
 def _score_pair(prediction: Mapping[str, Any], reference: Mapping[str, Any], rid: str,
-                evaluator: ToolCallingEvaluator) -> tuple[dict[str, Any], _JudgeInputs]:
+                evaluator: ToolCallingEvaluator, wordnet: Path | None) -> tuple[dict[str, Any], _JudgeInputs]:
     expected_raw = _field(reference, _REFERENCE_KEYS, "reference", rid)
     try:
         expected = read_trajectory(expected_raw)
@@ -164,6 +167,7 @@ def _score_pair(prediction: Mapping[str, Any], reference: Mapping[str, Any], rid
         answer, reference_answer = response, expected_response
         row["response_exact_match"] = exact_match(response, expected_response)
         row["response_rouge_l"] = _rouge(response, expected_response)
+        row["response_meteor"] = _meteor(response, expected_response, wordnet)
     inputs = _JudgeInputs(steps=steps, expected=expected, response=answer, expected_response=reference_answer,
                           query=reference.get("query") or "", tools=reference.get("tools"))
     return row, inputs
@@ -213,6 +217,15 @@ def _rouge(prediction: str, reference: str) -> float | None:
         return None  # the summary says how to turn it on
 
 
+def _meteor(prediction: str, reference: str, wordnet: Path | None) -> float | None:
+    from reflection.scoring.response import meteor
+
+    try:
+        return meteor(prediction, reference, wordnet=wordnet, synonyms=wordnet is not None)
+    except ImportError:
+        return None  # the summary says how to turn it on
+
+
 def _read_lines(path: Path, kind: str) -> Iterator[tuple[int, Any, str | None]]:
     """(line number, parsed row or None, problem) for every non-blank line."""
     with path.open("rb") as lines:
@@ -226,19 +239,21 @@ def _read_lines(path: Path, kind: str) -> Iterator[tuple[int, Any, str | None]]:
 
 
 def score_files(predictions: str | Path, references: str | Path, *,
-                weights: ScoreWeights | Mapping[str, float] | None = None) -> Iterator[dict[str, Any]]:
+                weights: ScoreWeights | Mapping[str, float] | None = None,
+                wordnet: str | Path | None = None) -> Iterator[dict[str, Any]]:
     """Output rows for every prediction, joined with its reference by id, then an error row
     for every reference nobody predicted. Unreadable, unjoinable and unusable rows become
     error rows; only an unreadable file raises (OSError). The judged metrics (`JUDGED_KEYS`)
-    are null: use `ascore_files` with a judge for them."""
-    for row, _ in _joined(predictions, references, ToolCallingEvaluator(weights=weights)):
+    are null: use `ascore_files` with a judge for them. `wordnet` locates METEOR's WordNet
+    (see `reflection.scoring.find_wordnet`)."""
+    for row, _ in _joined(predictions, references, ToolCallingEvaluator(weights=weights), wordnet):
         yield row
 
 
 async def ascore_files(predictions: str | Path, references: str | Path, *, judge: Judge | None = None,
                        weights: ScoreWeights | Mapping[str, float] | None = None,
                        concurrency: int | None = None, prompts_dir: Path | None = None,
-                       ) -> AsyncIterator[dict[str, Any]]:
+                       wordnet: str | Path | None = None) -> AsyncIterator[dict[str, Any]]:
     """`score_files`, plus the judged metrics when `judge` is given, in the same order.
 
     Each joined row gets `response_correctness` when both answers exist, and, when its
@@ -251,12 +266,13 @@ async def ascore_files(predictions: str | Path, references: str | Path, *, judge
     The predictions are streamed: at most 2 x `concurrency` rows (default: the judge's
     `max_concurrency`) are being judged or waiting for an earlier row, whatever the file
     size; the judge's own limiter bounds its requests at once.
-    `prompts_dir` overrides the shipped `scoring/*.md` templates, as in `ReflectionConfig`.
+    `prompts_dir` overrides the shipped `scoring/*.md` templates, as in `ReflectionConfig`;
+    `wordnet` is as in `score_files`.
     """
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     limit = concurrency or (judge.config.max_concurrency if judge is not None else 1)
-    rows = _joined(predictions, references, ToolCallingEvaluator(weights=weights))
+    rows = _joined(predictions, references, ToolCallingEvaluator(weights=weights), wordnet)
     # Input order is kept with a queue of finished rows and running tasks; when it is full,
     # the oldest is awaited before the next row is read. Plain tasks (no task group), so an
     # abandoned iterator is safe.
@@ -343,9 +359,13 @@ async def _trajectory(judge: Judge, inputs: _JudgeInputs,
 
 
 def _joined(predictions: str | Path, references: str | Path,
-            evaluator: ToolCallingEvaluator) -> Generator[tuple[dict[str, Any], _JudgeInputs | None], None, None]:
+            evaluator: ToolCallingEvaluator, wordnet: str | Path | None,
+            ) -> Generator[tuple[dict[str, Any], _JudgeInputs | None], None, None]:
     """Every output row in order, with what the judge needs for it (None for error rows).
     The references are held in memory; the predictions are read one line at a time."""
+    from reflection.scoring.response import find_wordnet
+
+    wordnet = find_wordnet(wordnet)  # once per run, not per row
     table: dict[str, Mapping[str, Any]] = {}
     problems: list[dict[str, Any]] = []
     for number, raw, problem in _read_lines(Path(references), "references"):
@@ -374,7 +394,7 @@ def _joined(predictions: str | Path, references: str | Path,
         else:
             seen.add(rid)
             try:
-                pair: tuple[dict[str, Any], _JudgeInputs | None] = _score_pair(raw, table[rid], rid, evaluator)
+                pair: tuple[dict[str, Any], _JudgeInputs | None] = _score_pair(raw, table[rid], rid, evaluator, wordnet)
             except (RowProblem, TypeError) as exc:  # TypeError: a value that is not JSON-like
                 pair = error_row(rid, str(exc)), None
             yield pair
@@ -385,11 +405,17 @@ def _joined(predictions: str | Path, references: str | Path,
 
 class ScoreSummary:
     """Running means of the output rows, plus the dataset evaluator's overall score and band,
-    and the judge's traffic. `judge` says whether a judge was configured for the run."""
+    and the judge's traffic. `judge` says whether a judge was configured for the run;
+    `wordnet` is the run's (see `score_files`), to say whether METEOR used synonyms. Raises
+    ValueError when `wordnet` (or `REFLECTION_WORDNET`) is not a WordNet database."""
 
-    def __init__(self, weights: ScoreWeights | Mapping[str, float] | None = None, *, judge: bool = False):
+    def __init__(self, weights: ScoreWeights | Mapping[str, float] | None = None, *, judge: bool = False,
+                 wordnet: str | Path | None = None):
+        from reflection.scoring.response import find_wordnet
+
         self.weights = weights if isinstance(weights, ScoreWeights) else ScoreWeights.model_validate(weights or {})
         self.judge = judge
+        self.meteor_synonyms = find_wordnet(wordnet) is not None
         self.rows = 0
         self.error_rows = 0
         self.no_call = 0
@@ -416,9 +442,11 @@ class ScoreSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """`{"rows", "error_rows", "no_call", "unknown_tool", "metrics": {key: {"mean", "n"}},
-        "overall_score", "interpretation", "weights", "judge": {"configured", "error_rows",
-        "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd"}}`.
-        `judge.error_rows` counts rows with a `judge_error`."""
+        "overall_score", "interpretation", "weights", "meteor_synonyms", "judge": {"configured",
+        "error_rows", "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd"}}`.
+        `judge.error_rows` counts rows with a `judge_error`. `meteor_synonyms` is true when
+        `response_meteor` used WordNet synonyms, false when it matched exact words and stems
+        only (no WordNet found), and null when no row has a METEOR score."""
         metrics = {key: {"mean": math.fsum(v) / len(v) if v else None, "n": len(v)} for key, v in self._values.items()}
         overall = None
         parts = ("tool_selection_accuracy", "parameter_accuracy", "execution_success")
@@ -436,5 +464,6 @@ class ScoreSummary:
             "overall_score": overall,
             "interpretation": interpret_score(overall) if overall is not None else None,
             "weights": self.weights.model_dump(),
+            "meteor_synonyms": self.meteor_synonyms if metrics["response_meteor"]["n"] else None,
             "judge": {"configured": self.judge, "error_rows": self.judge_errors, **usage},
         }
