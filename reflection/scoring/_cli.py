@@ -4,7 +4,7 @@ Holds no scoring logic: it reads options, builds the judge from the same configu
 `reflection check` (`--config`, `REFLECTION_JUDGE__*`, `--base-url/--model`), streams
 `reflection.scoring.files.ascore_files` and prints. Rows go to `--output` (or stdout); the
 summary goes to stdout when rows went to a file, else to stderr, so stdout stays pure JSON
-Lines when piped.
+Lines when piped. `--html` also writes the self-contained HTML report.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from rich.table import Table
 
 from reflection._cache import SQLiteJudgeCache
 from reflection._json import dumps
+from reflection.batch.html import ScoreHtmlReport, write_html
 from reflection.batch.runner import _batch_judge
 from reflection.config import ReflectionConfig
 from reflection.scoring.files import ScoreSummary, ascore_files
@@ -50,6 +51,8 @@ def score(
                                            help="Judge requests at once (default: the judge's max_concurrency)."),
     cache_path: Path | None = typer.Option(None, "--cache-path", dir_okay=False,
                                            help="Cache judge replies in this SQLite file (default: no cache)."),
+    html_out: Path | None = typer.Option(None, "--html", dir_okay=False,
+                                         help="Also write a self-contained HTML report (charts, failing rows) here."),
 ) -> None:
     """Score PREDICTIONS against --references (joined by id): per-sample JSON Lines and a summary.
 
@@ -71,9 +74,13 @@ def score(
     except ValueError as exc:  # a wordnet path (config or REFLECTION_WORDNET) with no WordNet in it
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    if html_out is not None and not html_out.parent.is_dir():  # found out now, not after scoring every row
+        typer.echo(f"error: cannot write the HTML report: no folder {str(html_out.parent)!r}", err=True)
+        raise typer.Exit(2)
+    page = ScoreHtmlReport(predictions) if html_out is not None else None
     out = output.open("w", encoding="utf-8") if output else sys.stdout
     try:
-        anyio.run(_write_rows, predictions, references, out, summary, cfg, concurrency, cache_path)
+        anyio.run(_write_rows, predictions, references, out, summary, cfg, concurrency, cache_path, page)
     except sqlite3.DatabaseError as exc:  # an unusable --cache-path; it is opened before any row is written
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -87,6 +94,12 @@ def score(
             out.flush()
     stream = sys.stdout if output else sys.stderr
     data = summary.to_dict()
+    if page is not None and html_out is not None:
+        try:
+            write_html(html_out, page.render(data))
+        except OSError as exc:
+            typer.echo(f"error: cannot write the HTML report: {exc}", err=True)
+            raise typer.Exit(2) from None
     if json_summary:
         stream.write(dumps(data) + "\n")
     else:
@@ -94,7 +107,8 @@ def score(
 
 
 async def _write_rows(predictions: Path, references: Path, out: IO[str], summary: ScoreSummary,
-                      cfg: ReflectionConfig, concurrency: int | None, cache_path: Path | None) -> None:
+                      cfg: ReflectionConfig, concurrency: int | None, cache_path: Path | None,
+                      page: ScoreHtmlReport | None) -> None:
     async with contextlib.AsyncExitStack() as stack:
         judge = None
         if cfg.judge is not None:
@@ -106,6 +120,8 @@ async def _write_rows(predictions: Path, references: Path, out: IO[str], summary
         async for row in ascore_files(predictions, references, judge=judge, concurrency=concurrency,
                                       prompts_dir=cfg.prompts_dir, wordnet=cfg.wordnet):
             summary.add(row)
+            if page is not None:
+                page.add(row)
             out.write(dumps(row) + "\n")
 
 
