@@ -3,7 +3,8 @@
 The shipped examples/calls.jsonl plus 36 synthetic rows (a third of them with a city the user
 never mentioned) go through `reflection batch` against the local stand-in judge, with a price
 so the cost columns have numbers; then `reflection report --html` and headless Chromium
-(Debian's `chromium`) take the picture, with the failing rows filtered to the hallucination check. Run from the repository root:
+(Debian's `chromium`) take the picture, with the failing rows filtered to the hallucination
+check. Run from the repository root:
 
     python docs/report_screenshot.py
 """

@@ -164,3 +164,17 @@ def test_score_files_passes_the_wordnet_path_on(tmp_path, no_wordnet):
     predictions, references = files(tmp_path)
     with pytest.raises(ValueError, match="not a WordNet database"):
         list(score_files(predictions, references, wordnet=tmp_path))
+
+
+def test_meteor_never_reaches_for_the_network(monkeypatch):
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("METEOR tried to open a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(nltk, "download", refuse)
+    response._wordnet_reader.cache_clear()  # load WordNet again, under the guard
+    assert 0.0 < meteor("the automobile is quick", "the car is fast") <= 1.0
+    assert 0.0 < meteor("the automobile is quick", "the car is fast", synonyms=False) <= 1.0

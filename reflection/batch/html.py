@@ -361,7 +361,8 @@ padding:10px 16px;min-width:130px;background:#fff}.card .v{font-size:20px;font-w
 table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:5px 10px;border-bottom:1px solid var(--line);
 vertical-align:top}th{background:var(--bg);font-weight:600}td.num,th.num{text-align:right;
 font-variant-numeric:tabular-nums}svg text{font:12px system-ui,sans-serif;fill:var(--fg)}svg .muted{fill:var(--muted)}
-svg.bars{max-width:100%;height:auto}.track{fill:var(--bg)}.bar.good{fill:var(--good)}.bar.warn{fill:var(--warn)}.bar.bad{fill:var(--bad)}
+svg.bars{max-width:100%;height:auto}
+.track{fill:var(--bg)}.bar.good{fill:var(--good)}.bar.warn{fill:var(--warn)}.bar.bad{fill:var(--bad)}
 .bin{fill:var(--accent)}.hists{display:flex;flex-wrap:wrap;gap:18px}.hist{margin:0;border:1px solid var(--line);
 border-radius:8px;padding:8px}.hist figcaption{font-weight:600;font-size:12px;margin-bottom:2px}
 .axis{fill:var(--muted)}.count{font-size:11px}.muted{color:var(--muted)}.empty{color:var(--muted);font-style:italic}

@@ -200,7 +200,8 @@ class ToolCallingEvaluator:
         # calls never changes a score; without one, a call to an unknown tool is reported first.
         candidates = [c for c in predicted if c.name == expected.name]
         if not candidates:
-            unknown = [c for c in predicted if known and c.name and inventory.get(c.name) is None]  # type: ignore[union-attr]
+            unknown = [c for c in predicted
+                       if known and c.name and inventory.get(c.name) is None]  # type: ignore[union-attr]
             candidates = unknown[:1] or predicted[:1]
         records = [self._record(base, call, expected, inventory, known) for call in candidates]
         return max(records, key=lambda r: (r.parameter_accuracy, r.execution_success, r.error is None))
