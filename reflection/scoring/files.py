@@ -137,9 +137,10 @@ def _score_pair(prediction: Mapping[str, Any], reference: Mapping[str, Any], rid
     for index, step in enumerate(expected):
         if step.error is not None:
             raise RowProblem(f"reference {rid}: expected call #{index} is not readable: {step.error}")
-    predicted, steps, response = _prediction(prediction)
+    predicted, steps, unreadable, response = _prediction(prediction)
     tools = reference.get("tools")
-    row = _blank_row(rid, None, expected_tool=expected[0].name if len(expected) == 1 else None)
+    # With one expected call or none, the dataset evaluator's error says the same in its words.
+    row = _blank_row(rid, unreadable, expected_tool=expected[0].name if len(expected) == 1 else None)
     row["trajectory_correctness"] = trajectory_correctness(
         steps, expected, evaluation_params=_ARGUMENTS, include_reason=False, tools=tools).score
     if len(expected) <= 1:
@@ -180,8 +181,9 @@ def _field(row: Mapping[str, Any], keys: tuple[str, ...], kind: str, rid: str) -
     raise RowProblem(f"{kind} {rid}: no expected calls; add them under {keys[0]!r} (null or [] when no call is expected)")
 
 
-def _prediction(row: Mapping[str, Any]) -> tuple[Any, list[TrajectoryCall], Any]:
-    """(the prediction as the call metrics take it, its trajectory steps, the response text).
+def _prediction(row: Mapping[str, Any]) -> tuple[Any, list[TrajectoryCall], str | None, Any]:
+    """(the prediction as the call metrics take it, its trajectory steps, why those steps could
+    not be read, the response text).
 
     The prediction is the row's call field as it is (a JSON string stays a string), or the
     list of calls in `messages`."""
@@ -192,13 +194,13 @@ def _prediction(row: Mapping[str, Any]) -> tuple[Any, list[TrajectoryCall], Any]
         if response is None:
             texts = [m.content for m in history.messages if m.role == "assistant" and m.content.strip()]
             response = texts[-1] if texts else None
-        return calls, trajectory_from_messages(history), response
+        return calls, trajectory_from_messages(history), None, response
     raw = next((row[key] for key in _PREDICTION_KEYS if key in row), None)
     try:
-        steps = read_trajectory(raw)
-    except ValueError:
-        steps = []  # model output that is not JSON is a wrong answer (no calls), not a broken row
-    return raw, steps, response
+        return raw, read_trajectory(raw), None, response
+    except ValueError as exc:
+        # Model output that is not JSON is a wrong answer (no calls), not a broken row.
+        return raw, [], f"the predicted calls cannot be read: {exc}", response
 
 
 def _query_text(query: Any) -> str:
