@@ -192,6 +192,20 @@ def test_report_html_lists_every_failing_row_of_the_output(batch_output, batch_p
     assert len(dom.having("tr", "failing")) == len(failing)
 
 
+def test_report_html_reads_check_outputs_too(tmp_path):
+    from reflection.cli import app as main_app
+
+    out, page = tmp_path / "checked.jsonl", tmp_path / "checked.html"
+    result = CliRunner().invoke(main_app, ["check", str(EXAMPLES / "calls.jsonl"), "--static-only", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(main_app, ["report", str(out), "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    dom = Dom(page.read_text())
+    assert len(dom.having("tr", "failing")) == sum(r.get("overall_valid") is False or "error" in r for r in rows) > 0
+    assert len(dom.having("rect", "bar")) == len({k for r in rows for k in r if k.startswith("static_")})
+
+
 def test_report_html_into_a_missing_folder_is_a_clear_error(batch_output, tmp_path):
     result = CliRunner().invoke(batch_app, ["report", str(batch_output), "--html", str(tmp_path / "no" / "r.html")])
     assert result.exit_code == 2
