@@ -273,3 +273,13 @@ def test_the_rendered_score_report_has_its_bars_histograms_and_rows(score_page, 
     rows = dom.having("tr", "failing")
     assert rows and not [r for r in rows if "hidden" in r]
     assert f"{len(rows)} of {len(rows)} rows" in " ".join(dom.text)
+
+
+def test_rows_of_an_odd_shape_are_shown_as_far_as_they_go():
+    odd = {"id": "odd", "overall_valid": False, "static_x": 0.0,
+           "results": [{"static": {"checks": ["not", "an", "object"]}, "call": 3},
+                       {"static": {"checks": {"x": {"passed": False, "findings": "not a list"}}},
+                        "semantic": {"y": {"status": "failed", "score": "2", "evidence": "not a list"}}}]}
+    dom = Dom(batch_report_html([odd]))
+    assert len(dom.having("tr", "failing")) == 1
+    assert "static_x" in " ".join(dom.text)

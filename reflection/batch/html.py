@@ -106,7 +106,7 @@ class BatchHtmlReport:
         failed = _failed_checks(row)
         self.failed.update(failed)
         for result in _results(row):
-            for name, check in (result.get("semantic") or {}).items():
+            for name, check in _mapping(result.get("semantic")).items():
                 if isinstance(check, Mapping) and isinstance(check.get("score"), int):
                     self.scores.setdefault(str(name), Counter())[check["score"]] += 1
         usage = row.get("usage")
@@ -159,6 +159,11 @@ def _is_check_key(key: str) -> bool:
     return key.startswith("static_") or (key.startswith("semantic_") and not key.startswith("semantic_avg_score_"))
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """`value` when it is an object, else an empty one: output files are read, not trusted."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def _results(row: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     results = row.get("results")
     return [r for r in results if isinstance(r, Mapping)] if isinstance(results, list) else []
@@ -167,17 +172,18 @@ def _results(row: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 def _batch_details(row: Mapping[str, Any], errors: list[str]) -> list[tuple[str, str, list[str]]]:
     details: list[tuple[str, str, list[str]]] = [("error", _clip(message), []) for message in errors]
     for result in _results(row):
-        static = result.get("static") if isinstance(result.get("static"), Mapping) else {}
-        call = result.get("call") if isinstance(result.get("call"), Mapping) else {}
+        static, call = _mapping(result.get("static")), _mapping(result.get("call"))
         prefix = f"{call.get('name')}: " if len(_results(row)) > 1 and call.get("name") else ""
-        for name, check in (static.get("checks") or {}).items():
+        for name, check in _mapping(static.get("checks")).items():
             if isinstance(check, Mapping) and check.get("passed") is False:
-                for finding in check.get("findings") or [{}]:
+                findings = check.get("findings")
+                for finding in findings if isinstance(findings, list) and findings else [{}]:
                     message = finding.get("message") if isinstance(finding, Mapping) else None
                     details.append((f"static_{name}", prefix + _clip(str(message or "failed")), []))
-        for name, check in (result.get("semantic") or {}).items():
+        for name, check in _mapping(result.get("semantic")).items():
             if isinstance(check, Mapping) and check.get("status") == "failed":
-                evidence = [_clip(str(q)) for q in check.get("evidence") or []][:5]
+                quotes = check.get("evidence")
+                evidence = [_clip(str(q)) for q in quotes[:5]] if isinstance(quotes, list) else []
                 message = f"score {check.get('score')}/5: {check.get('explanation') or ''}"
                 details.append((f"semantic_{name}", prefix + _clip(message), evidence))
     return details
