@@ -37,6 +37,7 @@ import sniffio
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from reflection import telemetry
 from reflection._http import judge_http_client
 from reflection._json import dumps, parse_json
 from reflection.model import JudgeUsage
@@ -494,7 +495,10 @@ class Judge:
         except anyio.WouldBlock:
             await limiter.acquire()
         try:
-            return await self._post(body)
+            with telemetry.judge_span(self.config) as span:
+                completion = await self._post(body)
+                telemetry.record_completion(span, completion)
+            return completion
         finally:
             limiter.release()
 
