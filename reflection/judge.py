@@ -9,14 +9,15 @@ does the retries. Structured output is negotiated once per endpoint: `json_schem
 
 Every request is bounded: an overall deadline of `timeout` seconds for the whole exchange
 (httpx's own timeouts are per read, so a server trickling bytes would never trip them) and
-at most `max_response_bytes` of body read into memory. The configured API key is redacted
-from every response body before anything reads it, so no reply, error, log line, output
-row or cache entry can carry it. 401, 403, 404 and a refused connection raise
+at most `max_response_bytes` of body read into memory. The configured API key (8 characters
+or more) is redacted from every response body before anything reads it, so no reply, error,
+log line, output row or cache entry can carry it. 401, 403, 404 and a refused connection raise
 `JudgeFatalError`: they are problems of the endpoint, not of one row.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import ipaddress
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 import anyio
 import httpx
 import orjson
+import sniffio
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
@@ -515,12 +517,14 @@ class Judge:
         request = self._http.build_request("POST", self._url, content=orjson.dumps(body), headers=self._headers,
                                            timeout=self._timeout)
         try:
-            with anyio.fail_after(self.config.timeout):
-                response = await self._http.send(request, stream=True)
-                try:
-                    content = await self._read_body(response)
-                finally:
-                    await response.aclose()
+            # One deadline for the whole exchange. asyncio's own timeout where it runs: anyio's
+            # cancel scope costs about 15 us more per request (measured), a percent of a reflection.
+            if sniffio.current_async_library() == "asyncio":
+                async with asyncio.timeout(self.config.timeout):
+                    response, content = await self._exchange(request)
+            else:
+                with anyio.fail_after(self.config.timeout):
+                    response, content = await self._exchange(request)
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise _sdk().APITimeoutError(request=request) from exc  # type: ignore[arg-type]
         except httpx.RequestError as exc:
@@ -543,6 +547,13 @@ class Judge:
         if not isinstance(data, dict):
             raise InvalidReply(f"the judge endpoint sent HTTP {response.status_code} without a JSON chat completion")
         return data
+
+    async def _exchange(self, request: httpx.Request) -> tuple[httpx.Response, bytes]:
+        response = await self._http.send(request, stream=True)
+        try:
+            return response, await self._read_body(response)
+        finally:
+            await response.aclose()
 
     async def _read_body(self, response: httpx.Response) -> bytes:
         """The response body, refusing one over `max_response_bytes` without reading it all."""

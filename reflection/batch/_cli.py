@@ -6,7 +6,6 @@ reflection.batch._cli` runs them on their own.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import anyio
@@ -23,7 +22,7 @@ from reflection.judge import JudgeFatalError
 __all__ = ["batch", "report"]
 
 # JudgeFatalError: a judge endpoint that cannot answer (401/403/404/refused) stops the run.
-_USER_ERRORS = (ValueError, FileNotFoundError, OutputCorrupt, sqlite3.DatabaseError, ImportError, OSError, JudgeFatalError)
+_USER_ERRORS = (ValueError, FileNotFoundError, OutputCorrupt, ImportError, OSError, JudgeFatalError)
 
 
 def _console(*, stderr: bool = False) -> Console:
