@@ -20,6 +20,7 @@ from reflection.model import (
 
 from reflection.judge import Judge, JudgeConfig, JudgeError, Price
 from reflection.pipeline import Reflector, reflect, reflect_sync
+from reflection.gate import Decision, Gate, GatePolicy, ToolRule
 from reflection.scoring import (
     ScoreWeights,
     ToolCallingEvaluator,
@@ -41,7 +42,10 @@ __all__ = [
     "SEMANTIC_CHECKS",
     "STATIC_CHECKS",
     "CheckResult",
+    "Decision",
     "Finding",
+    "Gate",
+    "GatePolicy",
     "Judge",
     "JudgeConfig",
     "JudgeError",
@@ -57,6 +61,7 @@ __all__ = [
     "ToolCall",
     "ToolCallingEvaluator",
     "ToolInventory",
+    "ToolRule",
     "ToolSpec",
     "atrajectory_correctness",
     "binary_tool_call",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import anyio
 
 from reflection._json import dumps, parse_json
 
-__all__ = ["SQLiteJudgeCache"]
+__all__ = ["MemoryJudgeCache", "SQLiteJudgeCache"]
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS judge_replies (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
 
@@ -133,3 +134,37 @@ class SQLiteJudgeCache:
             if self._db is not None:
                 db, self._db = self._db, None
                 await db.close()
+
+
+class MemoryJudgeCache:
+    """Judge replies in memory, least recently used evicted past `max_entries`: for a gate
+    answering live traffic, where the same call and conversation often come back (retries,
+    re-asked turns). Keys as `SQLiteJudgeCache` (`reflection.judge.request_key`)."""
+
+    def __init__(self, max_entries: int = 1024):
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be at least 1, got {max_entries}")
+        self.max_entries = max_entries
+        self.hits = 0
+        self.misses = 0
+        self._replies: OrderedDict[str, Any] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._replies)
+
+    async def get(self, key: str) -> Any | None:
+        """The stored reply for `key`, or None."""
+        value = self._replies.get(key)
+        if value is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._replies.move_to_end(key)
+        return value
+
+    async def put(self, key: str, value: Any) -> None:
+        """Store a validated reply under `key`, evicting the least recently used past the bound."""
+        self._replies[key] = value
+        self._replies.move_to_end(key)
+        while len(self._replies) > self.max_entries:
+            self._replies.popitem(last=False)

@@ -25,6 +25,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from reflection import telemetry
 from reflection._http import judge_http_client
 from reflection._json import dumps, parse_json
 from reflection.model import JudgeUsage
@@ -337,7 +338,10 @@ class Judge:
         except anyio.WouldBlock:
             await limiter.acquire()
         try:
-            return await self._post(body)
+            with telemetry.judge_span(self.config) as span:
+                completion = await self._post(body)
+                telemetry.record_completion(span, completion)
+            return completion
         finally:
             limiter.release()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -10,11 +11,12 @@ import anyio
 import httpx
 import sniffio
 
+from reflection import telemetry
 from reflection.config import ReflectionConfig
 from reflection.formats import normalize_calls, normalize_history, normalize_tools
 from reflection.grounding import ground_call
-from reflection.judge import Judge
-from reflection.model import History, ReflectionResult, ToolCall, ToolInventory
+from reflection.judge import Judge, JudgeError
+from reflection.model import History, JudgeUsage, ReflectionResult, ToolCall, ToolInventory
 from reflection.semantic import SemanticRequest, run_semantic
 from reflection.static import check_call
 from reflection.verdict import judge_check, overall_valid
@@ -23,6 +25,7 @@ __all__ = ["Reflector", "reflect", "reflect_sync"]
 
 NO_JUDGE = "no judge configured: static checks and grounding only"
 STATIC_FAILED = "the static stage failed (set continue_on_static to run the judge anyway)"
+DEADLINE_PASSED = "no judge reply within the deadline"
 
 
 def _is_parallel(call: Any) -> bool:
@@ -105,26 +108,49 @@ class Reflector:
     async def _reflect_one(
         self, call: ToolCall, inventory: ToolInventory, history: History, siblings: tuple[ToolCall, ...]
     ) -> ReflectionResult:
+        with telemetry.reflection_span(call.name, self.judge.config.model if self.judge else None) as span:
+            base = self._static_stage(call, inventory, history)
+            if self.judge is None or not self.config.checks:
+                result = ReflectionResult(**base, judge_skipped=NO_JUDGE, overall_valid=overall_valid(base["static"], {}))
+            elif not base["static"].valid and not self.config.continue_on_static:
+                result = ReflectionResult(**base, judge_skipped=STATIC_FAILED, overall_valid=False)
+            else:
+                result = await self._semantic_stage(base, inventory, history, siblings)
+            telemetry.record_result(span, result)
+            return result
+
+    def _static_stage(self, call: ToolCall, inventory: ToolInventory, history: History) -> dict[str, Any]:
+        """The judge-free part of a reflection: static checks, grounding and warnings, as
+        `ReflectionResult` fields (the gate decides on them whether to ask the judge)."""
         static = check_call(call, inventory)
-        spec = inventory.get(call.name)
-        grounding = ground_call(call, history, spec) if call.error is None else ()
+        grounding = ground_call(call, history, inventory.get(call.name)) if call.error is None else ()
         warnings = tuple(static.warnings) + tuple(history.problems)
-        base = {"call": call, "static": static, "grounding": grounding, "warnings": warnings}
-        if self.judge is None or not self.config.checks:
-            return ReflectionResult(**base, judge_skipped=NO_JUDGE, overall_valid=overall_valid(static, {}))
-        if not static.valid and not self.config.continue_on_static:
-            return ReflectionResult(**base, judge_skipped=STATIC_FAILED, overall_valid=False)
-        request = SemanticRequest(call=call, spec=spec, inventory=inventory, history=history,
-                                  grounding=grounding, parallel_calls=siblings)
-        replies, usage = await run_semantic(
-            self.judge, request, self.config.checks, mode=self.config.mode,
-            token_budget=self.config.history_token_budget, prompts_dir=self.config.prompts_dir,
-        )
+        return {"call": call, "static": static, "grounding": grounding, "warnings": warnings}
+
+    async def _semantic_stage(
+        self, base: dict[str, Any], inventory: ToolInventory, history: History, siblings: tuple[ToolCall, ...],
+        *, deadline: float | None = None,
+    ) -> ReflectionResult:
+        """Ask the judge about the call in `base` (from `_static_stage`) and reduce to the verdict.
+        With `deadline` (seconds), a judge that has not answered by then gives every check
+        status `error` saying so, instead of a late answer."""
+        assert self.judge is not None
+        call: ToolCall = base["call"]
+        request = SemanticRequest(call=call, spec=inventory.get(call.name), inventory=inventory, history=history,
+                                  grounding=base["grounding"], parallel_calls=siblings)
+        with anyio.move_on_after(deadline if deadline is not None else math.inf) as scope:
+            replies, usage = await run_semantic(
+                self.judge, request, self.config.checks, mode=self.config.mode,
+                token_budget=self.config.history_token_budget, prompts_dir=self.config.prompts_dir,
+            )
+        if scope.cancelled_caught:
+            late = JudgeError(f"{DEADLINE_PASSED} ({deadline * 1000:.0f} ms)")  # type: ignore[operator]
+            replies, usage = dict.fromkeys(self.config.checks, late), JudgeUsage()
         semantic = {
             name: judge_check(reply, self.config.thresholds[name], self.config.uncertain_below)
             for name, reply in replies.items()
         }
-        return ReflectionResult(**base, semantic=semantic, usage=usage, overall_valid=overall_valid(static, semantic))
+        return ReflectionResult(**base, semantic=semantic, usage=usage, overall_valid=overall_valid(base["static"], semantic))
 
 
 async def reflect(
