@@ -500,7 +500,9 @@ def calibrate(
     judge_checks = [name for name in SEMANTIC_CHECKS if name in config.checks]
     current_cutoff = config.uncertain_below or 0.0
     masks = _Masks(observations, judge_checks, sorted({*CONFIDENCE_CUTOFFS, current_cutoff}))
-    labelled = [name for name in judge_checks if masks.label.get(name, 0) & masks.scored[name]]
+    # Report (and tune) the checks some row names; a valid row also counts for them, as a pass.
+    named = {name for obs in observations for name in obs.row.checks}
+    labelled = [name for name in judge_checks if name in named and masks.label.get(name, 0) & masks.scored[name]]
     current = {name: config.thresholds[name] for name in judge_checks}
     thresholds, cutoff = _suggest(masks, current, labelled, max_false_block, current_cutoff)
     at_suggestion = masks.overall(thresholds, cutoff)
@@ -515,7 +517,6 @@ def calibrate(
          "precision": at_suggestion.precision, "recall": at_suggestion.recall, "false_block_rate": fbr,
          "met_target": max_false_block is None or (fbr or 0.0) <= max_false_block + 1e-12},
     )
-    named = {name for obs in observations for name in obs.row.checks}
     for name in STATIC_CHECKS:
         if name in named and masks.label.get(name, 0) & masks.rows:
             metrics[name] = MetricCalibration.of(masks.static(name, observations))
