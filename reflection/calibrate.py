@@ -584,19 +584,18 @@ def render(report: CalibrationReport, console: Any) -> None:
     """Print the report as a table (plain text; check names are known names, never row data)."""
     from rich.table import Table
 
-    goal = f"a false-block rate <= {report.target}" if report.target is not None else "best F1"
-    table = Table(title=f"Calibration on {report.rows} labelled rows (invalid = positive class; "
-                        f"suggestion for {goal})", title_justify="left")
-    for column in ("metric", "tp", "fp", "tn", "fn", "precision", "recall", "false-block", "threshold now -> suggested"):
-        table.add_column(column, justify="left" if column == "metric" else "right")
+    goal = f"false blocks <= {report.target}" if report.target is not None else "best F1"
+    table = Table(title=f"{report.rows} labelled rows (invalid = positive); threshold now -> suggested for {goal}",
+                  title_justify="left")
+    for column in ("metric", "tp", "fp", "tn", "fn", "precision", "recall", "false-block", "threshold"):
+        table.add_column(column, justify="left" if column == "metric" else "right", no_wrap=True)
     for name, metric in report.metrics.items():
         c = metric.confusion
         suggested = metric.suggested_threshold
         if isinstance(suggested, int):
             change = f"{report.config_thresholds[name]} -> {suggested}"
         elif name == "overall_valid":
-            change = (f"P {_num(suggested['precision'])} R {_num(suggested['recall'])} "  # type: ignore[index]
-                      f"FB {_num(suggested['false_block_rate'])}")  # type: ignore[index]
+            change = "snippet below"
         else:
             change = "(static)"
         table.add_row(name, str(c.tp), str(c.fp), str(c.tn), str(c.fn), _num(metric.precision),

@@ -199,7 +199,7 @@ def test_rerun_asks_the_judge_nothing_and_writes_exactly_the_named_fields(tmp_pa
     assert report[HAL]["suggested_threshold"] == 3  # the rerun's target: no false block
     assert snippet_path.read_text() in second.stdout
     assert f"  {HAL}: 3\n" in snippet_path.read_text()
-    assert "overall_valid" in second.stdout and "4 -> 3" in second.stdout
+    assert "overall_valid" in second.stdout and "4 -> 3" in second.stdout and "snippet below" in second.stdout
 
 
 def test_plots_write_one_png_per_swept_metric(tmp_path, labelled_file, config_file):
