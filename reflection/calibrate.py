@@ -580,7 +580,7 @@ def write_plots(report: CalibrationReport, directory: str | Path) -> list[Path]:
 # --- the command ----------------------------------------------------------------------------
 
 
-def render(report: CalibrationReport, console: Any) -> None:
+def _render(report: CalibrationReport, console: Any) -> None:
     """Print the report as a table (plain text; check names are known names, never row data)."""
     from rich.table import Table
 
@@ -605,7 +605,7 @@ def render(report: CalibrationReport, console: Any) -> None:
 
 
 def calibrate_command(
-    labeled: Path = typer.Argument(..., help="Labelled rows (JSON Lines): {id, tools, history, call, label: {valid, checks}}."),
+    labeled: Path = typer.Argument(..., exists=True, dir_okay=False, help="Labelled rows (JSON Lines): {id, tools, history, call, label: {valid, checks}}."),
     output: Path = typer.Option(..., "-o", "--output", help="Write the JSON report here."),
     config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help="YAML config (see config.example.yaml)."),
     base_url: str | None = typer.Option(None, "--base-url", help="Judge endpoint (OpenAI-compatible); overrides the config."),
@@ -634,6 +634,9 @@ def calibrate_command(
 
     if labeled.resolve() in {p.resolve() for p in (output, snippet) if p is not None}:
         raise fail("the report and the snippet must not overwrite the labelled file")
+    for path in (output, snippet):
+        if path is not None and path.is_dir():
+            raise fail(f"{path} is a directory; give a file name")
     try:
         cfg = load_config(config, base_url=base_url, model=model)
     except ValueError as exc:
@@ -666,8 +669,10 @@ def calibrate_command(
     except (sqlite3.DatabaseError, OSError) as exc:
         raise fail(str(exc)) from None
     report = calibrate(observations, cfg, max_false_block=max_false_block)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
+    try:
+        _write(output, json.dumps(report.to_json(), indent=2) + "\n")
+    except OSError as exc:
+        raise fail(f"cannot write the report: {exc}") from None
     notes = [f"reflected {len(rows)} labelled rows"]
     if cfg.judge is not None:
         notes.append(f"{report.judge_requests} judge requests"
@@ -682,13 +687,20 @@ def calibrate_command(
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(width=120, highlight=False)
-    render(report, console)
+    _render(report, console)
     text = report.snippet()
     console.print(text, markup=False, end="")
-    if snippet is not None:
-        snippet.parent.mkdir(parents=True, exist_ok=True)
-        snippet.write_text(text, encoding="utf-8")
     written = [str(output)] + ([str(snippet)] if snippet else [])
-    if plots is not None:
-        written += [str(p) for p in write_plots(report, plots)]
+    try:
+        if snippet is not None:
+            _write(snippet, text)
+        if plots is not None:
+            written += [str(p) for p in write_plots(report, plots)]
+    except OSError as exc:
+        raise fail(f"the report is in {output}, but {exc}") from None
     err.print("wrote " + ", ".join(written), markup=False)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")

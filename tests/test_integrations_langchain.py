@@ -93,6 +93,10 @@ async def test_middleware_answers_an_invalid_call_with_the_feedback_and_runs_the
     assert seen["tool_call"] == {"name": "refund_order", "arguments": {"order_id": "ORD-999", "amount": 49.9}}
     assert QUESTION in json.dumps(seen) and "get_order" in fake.requests[0].prompt
     assert "ORD-999" not in json.dumps(seen["conversation"])  # the proposing turn is not history
+    later = fake.requests[1].data["conversation"]  # the retry is judged knowing what happened
+    assert [m["role"] for m in later[-2:]] == ["assistant", "tool"]
+    assert later[-2]["tool_calls"][0]["arguments"]["order_id"] == "ORD-999"
+    assert later[-1]["content"].startswith("The call to refund_order was not run.")
 
 
 def test_sync_middleware_runs_the_verified_correction_where_the_tool_would_reject_the_call():

@@ -78,6 +78,24 @@ async def test_an_invalid_call_is_not_run_and_its_feedback_is_the_tool_result(on
     assert INSTRUCTIONS in json.dumps(seen) and QUESTION in json.dumps(seen) and "get_order" in fake.requests[0].prompt
 
 
+async def test_a_follow_up_run_is_judged_with_the_earlier_calls_and_their_results():
+    with FakeJudge() as fake:
+        async with Gate(ReflectionConfig(judge=fake.config)) as gate:
+            agent, model, refunds = build(gate, [
+                [function_call("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, call_id="c1")],
+                [assistant_message("Refunded.")],
+                [function_call("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, call_id="c2")],
+                [assistant_message("Refunded again.")],
+            ])
+            first = await Runner.run(agent, QUESTION)
+            await Runner.run(agent, [*first.to_input_list(), {"role": "user", "content": "Did it go through?"}])
+    conversation = fake.requests[1].data["conversation"]
+    assert [m["role"] for m in conversation] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    assert conversation[2]["tool_calls"][0]["arguments"] == {"order_id": "ORD-1042", "amount": 49.9}
+    assert conversation[3]["content"] == "refunded 49.9 on ORD-1042"
+    assert len(refunds) == 2  # the fake judge passes everything; what matters is what it was shown
+
+
 async def test_a_correctable_call_sends_the_verified_correction_back_since_guardrails_cannot_rewrite():
     async with Gate(ReflectionConfig()) as gate:  # no judge: static checks decide
         agent, model, refunds = build(gate, [

@@ -81,6 +81,10 @@ async def test_an_invalid_call_is_answered_with_the_feedback_and_the_fixed_one_r
     conversation = json.dumps(data["conversation"])
     assert INSTRUCTIONS in conversation and QUESTION in conversation and "ORD-999" not in conversation
     assert "get_order" in fake.requests[0].prompt
+    later = fake.requests[1].data["conversation"]  # the retry is judged knowing what happened
+    assert [m["role"] for m in later[-2:]] == ["assistant", "tool"]
+    assert later[-2]["tool_calls"][0]["arguments"]["order_id"] == "ORD-999"
+    assert later[-1]["content"].startswith("The call to refund_order was not run.")
 
 
 async def test_deny_never_spends_a_retry_even_when_repeated():
