@@ -18,7 +18,7 @@ from reflection.model import (
     ToolSpec,
 )
 
-from reflection.judge import Judge, JudgeConfig, JudgeError, Price
+from reflection.judge import Judge, JudgeConfig, JudgeError, JudgeFatalError, Price
 from reflection.pipeline import Reflector, reflect, reflect_sync
 from reflection.gate import Decision, Gate, GatePolicy, ToolRule
 from reflection.scoring import (
@@ -49,6 +49,7 @@ __all__ = [
     "Judge",
     "JudgeConfig",
     "JudgeError",
+    "JudgeFatalError",
     "Price",
     "ReflectionConfig",
     "Reflector",

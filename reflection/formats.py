@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from reflection._json import FINITE, PLAIN, canonical_bytes, dumps, has_non_finite, parse_json, require_json_like
+from reflection._json import FINITE, PLAIN, canonical_bytes, has_non_finite, parse_json, require_json_like
 from reflection.model import History, Message, SpecProblem, ToolCall, ToolInventory, ToolSpec, _trusted_from
 
-__all__ = ["express_call", "normalize_tools", "normalize_call", "normalize_calls", "normalize_history", "raw_calls"]
+__all__ = ["normalize_tools", "normalize_call", "normalize_calls", "normalize_history"]
 
 # Python and BFCL type names -> JSON Schema. JSON Schema never uses these names itself,
 # so the mapping is safe to apply to every spec.
@@ -342,6 +342,8 @@ def express_call(raw: Any, call: ToolCall) -> Any:
     string when they came as one), an Anthropic `tool_use` block stays one, a plain call keeps
     its argument key, JSON text stays JSON text and a `ToolCall` stays a `ToolCall`. Fields
     the call does not carry (id, type, extra keys) are kept from `raw`."""
+    from reflection._json import dumps  # only a correction being sent back needs it
+
     if isinstance(raw, ToolCall):
         return call
     if isinstance(raw, (str, bytes)):

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 import anyio
@@ -25,15 +27,14 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from reflection import telemetry
-from reflection._cache import MemoryJudgeCache
 from reflection.config import GateAction, GatePolicy, ReflectionConfig, RiskTier, ToolRule
 from reflection.formats import express_call, normalize_calls, normalize_history, normalize_tools, raw_calls
-from reflection.judge import Judge
-from reflection.model import History, ReflectionResult, ToolCall, ToolInventory, ValueGrounding
-from reflection.pipeline import DEADLINE_PASSED, NO_JUDGE, STATIC_FAILED, Reflector, _is_parallel
+from reflection.judge import Judge, JudgeError, JudgeFatalError
+from reflection.model import History, JudgeUsage, ReflectionResult, ToolCall, ToolInventory, ValueGrounding
+from reflection.pipeline import NO_JUDGE, STATIC_FAILED, Reflector, _is_parallel
 from reflection.verdict import overall_valid
 
-__all__ = ["Decision", "Gate", "GatePolicy", "ToolRule"]
+__all__ = ["Decision", "Gate", "GatePolicy", "MemoryJudgeCache", "ToolRule"]
 
 logger = logging.getLogger("reflection.gate")
 
@@ -43,6 +44,7 @@ _BLOCKING = frozenset({"reflect", "deny", "escalate"})
 _TRUSTED_SOURCES = frozenset({"user", "tool", "system", "default"})
 _AUTH_ERRORS = ("HTTP 401", "HTTP 403")
 _REASON_DETAIL = 160
+DEADLINE_PASSED = "no judge reply within the deadline"
 
 
 class Decision(BaseModel):
@@ -95,7 +97,7 @@ class Gate:
             judge = Judge(self.config.judge, http_client=http_client, cache=cache)
         self.judge = judge
         self._reflector = Reflector(self.config, judge=judge)
-        self._auth_logged = False
+        self._logged: set[str] = set()  # problems already logged (shared with the check_sync gate)
         self._sync: _SyncRunner | None = None
 
     async def __aenter__(self) -> Gate:
@@ -173,23 +175,45 @@ class Gate:
         risk: RiskTier = rule.risk if rule is not None and rule.risk is not None else policy.default_risk
         if rule is not None and rule.checks == "skip":
             return self._finish("allow", raw, call, f"tool matched skip rule {rule.match!r}", None, started)
-        reflector = self._reflector
         model = self.judge.config.model if self.judge is not None else None
         with telemetry.reflection_span(call.name, model) as span:
-            base = reflector._static_stage(call, inventory, history)
+            base = self._reflector._static_stage(call, inventory, history)
             static = base["static"]
             correctable = not static.valid and static.correction is not None and policy.apply_corrections
             skipped = self._judge_skipped(rule, risk, base, correctable)
             if skipped is None:
-                deadline = None
-                if policy.deadline_ms is not None:
-                    deadline = max(0.0, policy.deadline_ms / 1000 - (time.perf_counter() - started))
-                result = await reflector._semantic_stage(base, inventory, history, siblings, deadline=deadline)
+                result = await self._ask_judge(base, inventory, history, siblings, started)
             else:
                 result = ReflectionResult(**base, judge_skipped=skipped, overall_valid=overall_valid(static, {}))
             telemetry.record_result(span, result)
         action, reason = self._action(result, risk, correctable)
         return self._finish(action, raw, call, reason, result, started)
+
+    async def _ask_judge(self, base: dict[str, Any], inventory: ToolInventory, history: History,
+                         siblings: tuple[ToolCall, ...], started: float) -> ReflectionResult:
+        """The judge's verdict; past the policy's deadline, or when the endpoint cannot answer at
+        all (`JudgeFatalError`: a rejected key, an unknown model, a refused connection), every
+        check in `error` saying why, so the judge-failure policy decides instead of an exception."""
+        remaining = math.inf
+        if self.policy.deadline_ms is not None:
+            remaining = max(0.0, self.policy.deadline_ms / 1000 - (time.perf_counter() - started))
+        try:
+            with anyio.move_on_after(remaining):
+                return await self._reflector._semantic_stage(base, inventory, history, siblings)
+        except (JudgeFatalError, BaseExceptionGroup) as exc:
+            fatal = _fatal(exc)
+            if fatal is None:
+                raise
+            key = f"fatal {fatal.status}"
+            if key not in self._logged:  # once per gate: every later call would say the same
+                self._logged.add(key)
+                logger.error("%s; until it is fixed every judged decision falls back to the judge-failure policy%s",
+                             fatal, " (check the judge's API key, judge.api_key_env)" if fatal.status in (401, 403) else "")
+            failed = JudgeError(str(fatal))
+            return self._reflector._verdict(base, dict.fromkeys(self.config.checks, failed), JudgeUsage())
+        # Past the deadline. The requests already sent are not counted: their usage never arrived.
+        late = JudgeError(f"{DEADLINE_PASSED} ({self.policy.deadline_ms:g} ms)")
+        return self._reflector._verdict(base, dict.fromkeys(self.config.checks, late), JudgeUsage())
 
     def _judge_skipped(self, rule: ToolRule | None, risk: RiskTier, base: dict[str, Any], correctable: bool) -> str | None:
         """Why the judge is not asked about this call, or None to ask it."""
@@ -228,10 +252,6 @@ class Gate:
             return "judge uncertain on " + ", ".join(unknown)
         error = errors[0]
         if any(code in error for code in _AUTH_ERRORS):
-            if not self._auth_logged:
-                self._auth_logged = True
-                logger.error("the judge rejected the request (%s): check the judge's API key (judge.api_key_env); "
-                             "until then every judged decision falls back to the judge-failure policy", error)
             return f"judge authentication failed ({_short(error)}); check the judge API key"
         if error.startswith(DEADLINE_PASSED):
             return f"judge did not answer within the {self.policy.deadline_ms:g} ms deadline"
@@ -260,6 +280,56 @@ class Gate:
         )
 
 
+class MemoryJudgeCache:
+    """Judge replies in memory, least recently used evicted past `max_entries`: for a gate
+    answering live traffic, where the same call and conversation often come back (retries,
+    re-asked turns). Keys as `SQLiteJudgeCache` (`reflection.judge.request_key`)."""
+
+    def __init__(self, max_entries: int = 1024):
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be at least 1, got {max_entries}")
+        self.max_entries = max_entries
+        self.hits = 0
+        self.misses = 0
+        self._replies: OrderedDict[str, Any] = OrderedDict()
+        # A gate's blocking path runs on its own thread and shares this cache.
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._replies)
+
+    async def get(self, key: str) -> Any | None:
+        """The stored reply for `key`, or None."""
+        with self._lock:
+            value = self._replies.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self._replies.move_to_end(key)
+            return value
+
+    async def put(self, key: str, value: Any) -> None:
+        """Store a validated reply under `key`, evicting the least recently used past the bound."""
+        with self._lock:
+            self._replies[key] = value
+            self._replies.move_to_end(key)
+            while len(self._replies) > self.max_entries:
+                self._replies.popitem(last=False)
+
+
+def _fatal(exc: BaseException) -> JudgeFatalError | None:
+    """The `JudgeFatalError` that `exc` is or holds (per-check requests run in a task group)."""
+    if isinstance(exc, JudgeFatalError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _fatal(inner)
+            if found is not None:
+                return found
+    return None
+
+
 def _grounded(grounding: tuple[ValueGrounding, ...]) -> bool:
     """Every argument value found in the conversation (or equal to the spec's default)."""
     return all(any(source.kind in _TRUSTED_SOURCES for source in value.sources) for value in grounding)
@@ -281,7 +351,7 @@ class _SyncRunner:
         self._thread.start()
         judge = None if gate._owns_judge else gate.judge
         self.gate = Gate(gate.config, policy=gate.policy, judge=judge)
-        self.gate._auth_logged = gate._auth_logged
+        self.gate._logged = gate._logged
         if gate._owns_judge and gate.judge is not None and self.gate.judge is not None:
             self.gate.judge.cache = gate.judge.cache
 

@@ -6,6 +6,7 @@ Foreign shapes (OpenAI, Anthropic, MCP, BFCL, ...) are turned into these by `ref
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable
 from typing import Any, Literal, TypeVar
@@ -380,7 +381,7 @@ class ReflectionResult(_Frozen):
         for value in self.grounding:
             key = value.path.rsplit(".", 1)[-1].split("[", 1)[0]
             text = "" if isinstance(value.value, (dict, list)) else str(value.value).lower()
-            pointed = (bool(key) and key.lower() in said) or (len(text) >= 2 and text in said) or (
+            pointed = _mentions(said, key.lower()) or (len(text) >= 2 and _mentions(said, text)) or (
                 suggested is not None and key in suggested and suggested[key] != (self.call.arguments or {}).get(key))
             if not value.grounded:
                 out.append(f"{_plain(value.path)} (value {_plain_value(value.value)} not found in the conversation)")
@@ -399,6 +400,11 @@ def _plain(text: str, limit: int = _FEEDBACK_TEXT) -> str:
     cleaned = "".join(" " if unicodedata.category(ch)[0] in "CZ" else ch for ch in text)
     cleaned = " ".join(cleaned.split())
     return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
+
+
+def _mentions(text: str, needle: str) -> bool:
+    """`needle` occurs in `text` as a whole token ("id" is not in "evidence", "40" not in "400")."""
+    return bool(needle) and re.search(rf"(?<!\w){re.escape(needle)}(?!\w)", text) is not None
 
 
 def _plain_value(value: Any) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import concurrent.futures
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -15,8 +14,8 @@ from reflection import telemetry
 from reflection.config import ReflectionConfig
 from reflection.formats import normalize_calls, normalize_history, normalize_tools
 from reflection.grounding import ground_call
-from reflection.judge import Judge, JudgeError
-from reflection.model import History, JudgeUsage, ReflectionResult, ToolCall, ToolInventory
+from reflection.judge import Judge, _reraise_fatal
+from reflection.model import History, ReflectionResult, ToolCall, ToolInventory
 from reflection.semantic import SemanticRequest, run_semantic
 from reflection.static import check_call
 from reflection.verdict import judge_check, overall_valid
@@ -25,12 +24,14 @@ __all__ = ["Reflector", "reflect", "reflect_sync"]
 
 NO_JUDGE = "no judge configured: static checks and grounding only"
 STATIC_FAILED = "the static stage failed (set continue_on_static to run the judge anyway)"
-DEADLINE_PASSED = "no judge reply within the deadline"
 
 
 def _is_parallel(call: Any) -> bool:
-    """Several calls in: several results out. A list, or a message carrying `tool_calls`."""
-    return isinstance(call, (list, tuple)) or (isinstance(call, Mapping) and isinstance(call.get("tool_calls"), list))
+    """Several calls in: several results out. A list, or an assistant message carrying
+    `tool_calls` (OpenAI) or content blocks (Anthropic `tool_use`)."""
+    return isinstance(call, (list, tuple)) or (isinstance(call, Mapping) and (
+        isinstance(call.get("tool_calls"), list)
+        or (call.get("role") == "assistant" and isinstance(call.get("content"), list))))
 
 
 class Reflector:
@@ -79,9 +80,13 @@ class Reflector:
             siblings = tuple(c for j, c in enumerate(calls) if j != i)
             results[i] = await self._reflect_one(calls[i], inventory, conversation, siblings)
 
-        async with anyio.create_task_group() as tg:
-            for i in range(len(calls)):
-                tg.start_soon(run, i)
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(len(calls)):
+                    tg.start_soon(run, i)
+        except BaseExceptionGroup as failed:
+            _reraise_fatal(failed)
+            raise
         return [r for r in results if r is not None]
 
     async def reflect_many(
@@ -100,9 +105,13 @@ class Reflector:
                 else:
                     results[i] = await self.reflect(*row)
 
-        async with anyio.create_task_group() as tg:
-            for i, row in enumerate(rows):
-                tg.start_soon(run, i, row)
+        try:
+            async with anyio.create_task_group() as tg:
+                for i, row in enumerate(rows):
+                    tg.start_soon(run, i, row)
+        except BaseExceptionGroup as failed:
+            _reraise_fatal(failed)
+            raise
         return results
 
     async def _reflect_one(
@@ -128,24 +137,21 @@ class Reflector:
         return {"call": call, "static": static, "grounding": grounding, "warnings": warnings}
 
     async def _semantic_stage(
-        self, base: dict[str, Any], inventory: ToolInventory, history: History, siblings: tuple[ToolCall, ...],
-        *, deadline: float | None = None,
+        self, base: dict[str, Any], inventory: ToolInventory, history: History, siblings: tuple[ToolCall, ...]
     ) -> ReflectionResult:
-        """Ask the judge about the call in `base` (from `_static_stage`) and reduce to the verdict.
-        With `deadline` (seconds), a judge that has not answered by then gives every check
-        status `error` saying so, instead of a late answer."""
+        """Ask the judge about the call in `base` (from `_static_stage`) and reduce to the verdict."""
         assert self.judge is not None
         call: ToolCall = base["call"]
         request = SemanticRequest(call=call, spec=inventory.get(call.name), inventory=inventory, history=history,
                                   grounding=base["grounding"], parallel_calls=siblings)
-        with anyio.move_on_after(deadline if deadline is not None else math.inf) as scope:
-            replies, usage = await run_semantic(
-                self.judge, request, self.config.checks, mode=self.config.mode,
-                token_budget=self.config.history_token_budget, prompts_dir=self.config.prompts_dir,
-            )
-        if scope.cancelled_caught:
-            late = JudgeError(f"{DEADLINE_PASSED} ({deadline * 1000:.0f} ms)")  # type: ignore[operator]
-            replies, usage = dict.fromkeys(self.config.checks, late), JudgeUsage()
+        replies, usage = await run_semantic(
+            self.judge, request, self.config.checks, mode=self.config.mode,
+            token_budget=self.config.history_token_budget, prompts_dir=self.config.prompts_dir,
+        )
+        return self._verdict(base, replies, usage)
+
+    def _verdict(self, base: dict[str, Any], replies: dict[str, Any], usage: Any) -> ReflectionResult:
+        """The result from the judge's replies (or `JudgeError`s), with thresholds applied."""
         semantic = {
             name: judge_check(reply, self.config.thresholds[name], self.config.uncertain_below)
             for name, reply in replies.items()

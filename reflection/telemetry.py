@@ -29,6 +29,7 @@ __all__ = ["gate_span", "judge_span", "record_completion", "record_decision", "r
 _EXPLANATION_CHARS = 1000
 _NULL: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
 _tracer: Any = None
+_trace: Any = None
 _provider: Any = None
 _unavailable = False
 
@@ -41,16 +42,24 @@ def set_tracer_provider(provider: Any | None) -> None:
 
 
 def _get_tracer() -> Any | None:
-    global _tracer, _unavailable
-    if _tracer is None and not _unavailable:
+    global _tracer, _trace, _unavailable
+    if _unavailable:
+        return None
+    if _trace is None:
         try:
             from opentelemetry import trace
         except ImportError:  # the extra is not installed: telemetry is off
             _unavailable = True
             return None
+        _trace = trace
+    if _provider is None and isinstance(_trace.get_tracer_provider(), (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider)):
+        # No SDK configured (yet): OpenTelemetry's own no-op spans would still cost ~15 µs a
+        # decision in context switching, so make none. Checked per call: a provider may be set later.
+        return None
+    if _tracer is None:
         from reflection import __version__
 
-        _tracer = trace.get_tracer("reflection", __version__, tracer_provider=_provider)
+        _tracer = _trace.get_tracer("reflection", __version__, tracer_provider=_provider)
     return _tracer
 
 

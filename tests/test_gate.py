@@ -145,3 +145,33 @@ def test_an_unknown_policy_key_is_a_clear_error():
     with pytest.raises(ValidationError, match="on_invaild"):
         ReflectionConfig(gate={"on_invaild": "deny"})
 
+
+
+async def test_json_text_in_gives_json_text_out_and_a_misspelt_tool_is_renamed(fake_judge):
+    text = '{"id": "call_9", "type": "function", "function": {"name": "book_fligt", "arguments": "{\\"city\\": \\"Paris\\"}"}}'
+    async with gate(fake_judge) as g:
+        decision = await g.check(text, TOOLS, HISTORY)
+    assert decision.action == "modify" and decision.tool == "book_fligt"
+    assert decision.call == ('{"id":"call_9","type":"function","function":{"name":"book_flight",'
+                             '"arguments":"{\\"city\\":\\"Paris\\"}"}}')
+
+
+async def test_an_anthropic_assistant_message_gives_anthropic_blocks_back(fake_judge):
+    message = {"role": "assistant", "content": [
+        {"type": "text", "text": "Booking now."},
+        {"type": "tool_use", "id": "toolu_1", "name": "book_flight", "input": {"city": "Paris", "passengers": "2"}}]}
+    async with gate(fake_judge) as g:
+        decisions = await g.check(message, TOOLS, HISTORY)
+    assert [d.action for d in decisions] == ["modify"]
+    assert decisions[0].call == {"type": "tool_use", "id": "toolu_1", "name": "book_flight",
+                                 "input": {"city": "Paris", "passengers": 2}}
+
+
+async def test_reflect_also_gives_one_result_per_tool_use_block_of_an_anthropic_message():
+    from reflection import reflect
+
+    message = {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris"}},
+        {"type": "tool_use", "id": "t2", "name": "get_weather", "input": {"town": "Rome"}}]}
+    results = await reflect(message, TOOLS, HISTORY)
+    assert [r.overall_valid for r in results] == [True, False]

@@ -71,3 +71,14 @@ def test_a_judge_failure_is_named_as_unchecked_not_as_a_failure():
     result = ReflectionResult(call=static.call, static=static, overall_valid=None, semantic={
         "general_hallucination_check": SemanticCheckResult(status="error", error="HTTP 500 from the judge endpoint")})
     assert result.feedback().endswith("- general_hallucination_check could not be checked: HTTP 500 from the judge endpoint")
+
+
+async def test_a_parameter_is_implicated_by_its_whole_name_or_value_only(fake_judge):
+    tools = [{"name": "lookup", "parameters": {"type": "object", "properties": {
+        "id": {"type": "string"}, "limit": {"type": "integer"}, "region": {"type": "string"}}}}]
+    history = [{"role": "user", "content": "Look up record r-1 in region eu, at most 40 rows."}]
+    fake_judge.script("general_value_format_alignment", score=2, explanation="The evidence shows limit 400 was meant.")
+    async with Reflector(ReflectionConfig(judge=fake_judge.config)) as reflector:
+        result = await reflector.reflect({"name": "lookup", "arguments": {"id": "r-1", "limit": 40, "region": "eu"}},
+                                         tools, history)
+    assert "  parameters: $.limit\n" in result.feedback() + "\n"
