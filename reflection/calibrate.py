@@ -372,7 +372,10 @@ class _Masks:
         self.static_block = 0
         self.label: dict[str, int] = {}
         self.label_invalid: dict[str, int] = {}
+        self.static_failed: dict[str, int] = dict.fromkeys(STATIC_CHECKS, 0)
         self.error: dict[str, int] = dict.fromkeys(checks, 0)
+        self.scored: dict[str, int] = dict.fromkeys(checks, 0)
+        """Rows the judge answered the check for."""
         self.block: dict[tuple[str, int, float], int] = {}
         for i, obs in enumerate(observations):
             if obs.error is not None:
@@ -380,42 +383,33 @@ class _Masks:
             self.rows |= bit[i]
             if not obs.row.valid:
                 self.invalid |= bit[i]
-            if not all(obs.static_passed.values()):
-                self.static_block |= bit[i]
+            for name, passed in obs.static_passed.items():
+                if not passed:
+                    self.static_failed[name] |= bit[i]
+                    self.static_block |= bit[i]
             # A call labelled valid passes every check, whether or not its checks are listed.
             labels = dict.fromkeys(_KNOWN_CHECKS, True) if obs.row.valid else obs.row.checks
             for name, passes in labels.items():
                 self.label[name] = self.label.get(name, 0) | bit[i]
                 if not passes:
                     self.label_invalid[name] = self.label_invalid.get(name, 0) | bit[i]
-            for name in obs.judge_errors & set(checks):
-                self.error[name] |= bit[i]
             for name in checks:
+                if name in obs.judge_errors:
+                    self.error[name] |= bit[i]
+                elif name in obs.scores:
+                    self.scored[name] |= bit[i]
                 for t, c in itertools.product(THRESHOLDS, self.cutoffs):
                     if any(score < t and confidence >= c for score, confidence in obs.scores.get(name, ())):
                         self.block[name, t, c] = self.block.get((name, t, c), 0) | bit[i]
-        self.scored = {name: self._scored(observations, name, bit) for name in checks}
-
-    @staticmethod
-    def _scored(observations: Sequence[Observation], name: str, bit: list[int]) -> int:
-        mask = 0
-        for i, obs in enumerate(observations):
-            if obs.error is None and name in obs.scores and name not in obs.judge_errors:
-                mask |= bit[i]
-        return mask
 
     def check(self, name: str, threshold: int, cutoff: float) -> Confusion:
         """A judge check's own counts, over the rows labelled for it that the judge answered."""
         return _confusion(self.block.get((name, threshold, cutoff), 0), self.label.get(name, 0) & self.scored[name],
                           self.label_invalid.get(name, 0))
 
-    def static(self, name: str, observations: Sequence[Observation]) -> Confusion:
+    def static(self, name: str) -> Confusion:
         """A static check's counts over the rows labelled for it."""
-        failed = 0
-        for i, obs in enumerate(observations):
-            if obs.error is None and not obs.static_passed.get(name, True):
-                failed |= 1 << i
-        return _confusion(failed, self.label.get(name, 0) & self.rows, self.label_invalid.get(name, 0))
+        return _confusion(self.static_failed[name], self.label.get(name, 0) & self.rows, self.label_invalid.get(name, 0))
 
     def overall(self, thresholds: Mapping[str, int], cutoff: float) -> Confusion:
         """`overall_valid`'s counts: blocked when static fails or any judge check blocks; a row
@@ -519,7 +513,7 @@ def calibrate(
     )
     for name in STATIC_CHECKS:
         if name in named and masks.label.get(name, 0) & masks.rows:
-            metrics[name] = MetricCalibration.of(masks.static(name, observations))
+            metrics[name] = MetricCalibration.of(masks.static(name))
     for name in labelled:
         sweep = [SweepRow.of(t, c, masks.check(name, t, c)) for c, t in itertools.product(masks.cutoffs, THRESHOLDS)]
         metrics[name] = MetricCalibration.of(masks.check(name, current[name], current_cutoff), sweep, thresholds[name])
