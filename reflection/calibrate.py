@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict
 
 from reflection.batch.inputs import read_source
 from reflection.config import ReflectionConfig
-from reflection.judge import JudgeCache
+from reflection.judge import JudgeCache, JudgeFatalError
 from reflection.model import SEMANTIC_CHECKS, STATIC_CHECKS
 from reflection.rows import RowError, read_row, row_id
 
@@ -660,7 +660,7 @@ def calibrate_command(
 
     try:
         observations, hits = anyio.run(run)
-    except (sqlite3.DatabaseError, OSError) as exc:
+    except (sqlite3.DatabaseError, OSError, JudgeFatalError) as exc:  # fatal: the endpoint answers no request
         raise fail(str(exc)) from None
     report = calibrate(observations, cfg, max_false_block=max_false_block)
     try:

@@ -237,6 +237,14 @@ def test_unusable_labels_exit_2_listing_every_problem_and_write_nothing(tmp_path
         read_labeled(_empty(tmp_path))
 
 
+def test_a_judge_that_cannot_answer_at_all_exits_2_without_a_report(tmp_path, labelled_file):
+    result = runner.invoke(app, ["calibrate", str(labelled_file), "-o", str(tmp_path / "r.json"),
+                                 "--base-url", "http://127.0.0.1:9/v1", "--model", "nobody", "--no-cache"])
+    assert result.exit_code == 2
+    assert "error: judge http://127.0.0.1:9/v1/chat/completions: connection refused" in result.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
 def _empty(tmp_path: Path) -> Path:
     path = tmp_path / "empty.jsonl"
     path.write_text("")
