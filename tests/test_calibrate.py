@@ -1,6 +1,7 @@
 """`reflection calibrate`: counts, sweeps and suggestions from a judge scripted row by row."""
 
 import json
+import sys
 from pathlib import Path
 
 import httpx
@@ -243,6 +244,22 @@ def test_a_judge_that_cannot_answer_at_all_exits_2_without_a_report(tmp_path, la
     assert result.exit_code == 2
     assert "error: judge http://127.0.0.1:9/v1/chat/completions: connection refused" in result.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+def test_plots_without_matplotlib_exit_2_before_reflecting_anything(tmp_path, labelled_file, config_file, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the plots extra were not installed
+    with ScriptedJudge() as judge:
+        result = runner.invoke(app, ["calibrate", str(labelled_file), "-o", str(tmp_path / "r.json"),
+                                     "--config", str(config_file), "--plots", str(tmp_path / "plots")])
+    assert result.exit_code == 2 and judge.requests == 0
+    assert "--plots needs matplotlib: pip install 'reflection[plots]'" in result.stderr
+
+
+def test_row_ids_reach_the_terminal_without_control_characters(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"id": "\x1b[2Jboom", "tools": TOOLS, "call": {"name": "refund", "arguments": {}}}) + "\n")
+    result = runner.invoke(app, ["calibrate", str(path), "-o", str(tmp_path / "r.json")])
+    assert result.exit_code == 2 and "boom" in result.stderr and "\x1b" not in result.stderr
 
 
 def _empty(tmp_path: Path) -> Path:
