@@ -14,19 +14,17 @@ it may be quoted back to the judge, so it never carries text from the reply.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-from reflection._json import parse_json
+from reflection._json import dumps, parse_json
 
 __all__ = ["UnreadableReply", "read_json", "reply_text"]
 
 _THINK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
 _THINK_END = re.compile(r"</(?:think|thinking|reasoning)>", re.I)
 _FENCE = re.compile(r"```[ \t]*[A-Za-z0-9_-]*[ \t]*\r?\n?(.*?)```", re.S)
-_MAX_SCAN = 64  # opening braces tried in prose; bounds the work on a pathological reply
-_DECODER = json.JSONDecoder()
+_MAX_OBJECTS = 16  # objects looked at in prose; bounds the work on a pathological reply
 
 
 class UnreadableReply(ValueError):
@@ -64,7 +62,7 @@ def _tool_arguments(message: dict[str, Any]) -> str | None:
         function = message["function_call"]
     arguments = function.get("arguments") if isinstance(function, dict) else None
     if isinstance(arguments, dict):  # some servers send the object itself
-        return json.dumps(arguments)
+        return dumps(arguments)
     return arguments if isinstance(arguments, str) and arguments.strip() else None
 
 
@@ -106,8 +104,8 @@ def _read_wrapped(text: str, encodings: int) -> Any:
 
 
 def _objects_in(text: str, encodings: int) -> list[Any]:
-    """The JSON objects in one piece of text: itself, those embedded in prose, or the
-    repaired near-JSON object it holds."""
+    """The JSON objects in one piece of text: itself, or the outermost objects standing in
+    prose, strict ones first, else near-JSON ones repaired."""
     if not text:
         return []
     try:
@@ -116,33 +114,50 @@ def _objects_in(text: str, encodings: int) -> list[Any]:
         pass
     else:
         return [value] if isinstance(value, dict) else [_unwrap_string(value, encodings)]
-    objects: list[Any] = []
-    position = text.find("{")
-    tries = 0
-    while position >= 0 and tries < _MAX_SCAN:
-        tries += 1
+    regions = _outermost_objects(text)
+    strict = []
+    for region in regions:
         try:
-            value, after = _DECODER.raw_decode(text, position)
+            value = parse_json(region)
         except ValueError:
-            position = text.find("{", position + 1)
             continue
-        if isinstance(value, dict):
-            objects.append(value)
-        position = text.find("{", after)
-    if objects:
-        return objects
-    return _repaired(text)
+        strict.append(value)
+    if strict:
+        return strict
+    from json_repair import repair_json  # imported here: only near-JSON replies need it
+
+    repaired = [repair_json(region, return_objects=True) for region in regions]
+    return [value for value in repaired if isinstance(value, dict) and value]
 
 
-def _repaired(text: str) -> list[Any]:
-    """Near-JSON (single quotes, Python literals, trailing commas) made JSON by json_repair.
-    Only an object counts: the library turns any text into something, prose included."""
-    start = text.find("{")
-    if start < 0:
-        return []
-    stop = text.rfind("}")
-    region = text[start: stop + 1] if stop > start else text[start:]
-    from json_repair import repair_json  # imported here: only non-JSON replies need it
-
-    value = repair_json(region, return_objects=True)
-    return [value] if isinstance(value, dict) and value else []
+def _outermost_objects(text: str) -> list[str]:
+    """The balanced `{...}` stretches of `text` not nested in another (braces inside
+    double-quoted strings do not count). An object still open at the end is a cut-off
+    reply: said so, never completed by a guess."""
+    regions: list[str] = []
+    depth = 0
+    start = 0
+    in_string = escaped = False
+    for position, char in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = depth > 0  # a quote in prose opens nothing
+        elif char == "{":
+            if depth == 0:
+                start = position
+            depth += 1
+        elif char == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                regions.append(text[start: position + 1])
+                if len(regions) >= _MAX_OBJECTS:
+                    break
+    if depth:
+        raise UnreadableReply("the reply's JSON object is cut off before its end")
+    return regions
