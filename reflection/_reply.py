@@ -43,7 +43,7 @@ def reply_text(message: Any) -> str:
     if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
         content = "".join(part.get("text") or "" for part in content
                           if isinstance(part, dict) and isinstance(part.get("text"), str))
-    if isinstance(content, str) and content.strip():
+    if isinstance(content, str) and content and not content.isspace():
         return content
     arguments = _tool_arguments(message)
     if arguments is not None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 
@@ -39,8 +39,7 @@ _DESCRIPTION_LINE = 160
 CONFIDENCE_WORDS: dict[str, float] = {"high": 0.9, "medium": 0.6, "low": 0.3}
 
 
-@dataclass(frozen=True, slots=True)
-class CheckReply:
+class CheckReply(NamedTuple):
     """The judge's answer for one check, read locally: the score is an integer 1-5; what
     had to be coerced or dropped to read the rest is listed in `notes`."""
 
@@ -216,8 +215,7 @@ def reply_schema(checks: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class _Reading:
+class _Reading(NamedTuple):
     """What one reply answered: the checks read, and why the others could not be."""
 
     replies: dict[str, CheckReply]
@@ -264,7 +262,7 @@ def _parse_reply(checks: tuple[str, ...], tools: frozenset[str] | None):  # noqa
             except ValueError as exc:
                 problems[name] = str(exc)
                 continue
-            replies[name] = reply if where is None else replace(reply, notes=(where, *reply.notes))
+            replies[name] = reply if where is None else reply._replace(notes=(where, *reply.notes))
         if not replies:
             raise ValueError("; ".join(f"{name}: {problem}" for name, problem in problems.items()))
         return _Reading(replies, problems)
