@@ -390,3 +390,46 @@ async def test_the_judge_client_reads_a_tool_call_reply_for_any_validator():
                                      validate=lambda data: data["score"])
     assert answer.value == 3
 
+
+
+# --- properties over arbitrary JSON and text ----------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=20)
+ANSWER_KEYS = st.sampled_from(["score", "confidence", "evidence", "explanation", "correction", "other"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(ANSWER_KEYS, JSON, max_size=6) | JSON)
+def test_any_answer_is_read_into_a_valid_check_or_refused(answer):
+    try:
+        reply = read_check(answer, frozenset({"get_weather"}))
+    except ValueError:
+        return
+    assert type(reply.score) is int and 1 <= reply.score <= 5
+    assert reply.confidence is None or 0.0 <= reply.confidence <= 1.0
+    assert all(type(item) is str for item in reply.evidence) and type(reply.explanation) is str
+    assert reply.correction is None or reply.correction.better_function in (None, "get_weather")
+    assert isinstance(answer, dict) and answer.get("score") is not None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text())
+def test_any_text_gives_an_object_or_says_why_not(text):
+    try:
+        value = read_json(text)
+    except UnreadableReply:
+        return
+    assert isinstance(value, dict)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.text(min_size=1, max_size=8), JSON, min_size=1, max_size=4),
+       st.text(alphabet=st.characters(blacklist_characters="{}`<>"), max_size=40),
+       st.text(alphabet=st.characters(blacklist_characters="{}`<>"), max_size=40))
+def test_a_strict_object_in_prose_is_read_exactly(obj, before, after):
+    assert read_json(f"{before} {dumps(obj)} {after}") == obj
