@@ -222,27 +222,33 @@ class _Reading(NamedTuple):
     problems: dict[str, str]
 
 
-def _answers(data: Any, checks: tuple[str, ...]) -> tuple[dict[str, Any], str | None]:
-    """Each check's answer object in the reply, by name; and a note when the names were not
+def _answers(data: Any, checks: tuple[str, ...]) -> tuple[dict[str, Any], str | None, set[str]]:
+    """Each check's answer object in the reply, by name; a note when the names were not
     exact top-level keys (matched ignoring case, under one wrapper key, or a lone check's
-    answer given as the whole reply)."""
+    answer given as the whole reply); and the checks answered twice, differently."""
     if not isinstance(data, dict):
         raise ValueError("the reply must be a JSON object with one key per check")
     exact = {name: data[name] for name in checks if name in data}
-    if len(exact) == len(checks):
-        return exact, None
-    lowered = {key.strip().lower(): value for key, value in data.items() if isinstance(key, str)}
-    found = {name: lowered[name] for name in checks if name in lowered}
-    if found:
-        return found, None if len(found) == len(exact) else "check names matched ignoring case"
+    if len(exact) == len(checks) == len(data):
+        return exact, None, set()
+    lowered: dict[str, Any] = {}
+    twice: set[str] = set()  # a name answered twice, differently: which answer counts is not certain
+    for key, value in data.items():
+        name = key.strip().lower() if isinstance(key, str) else None
+        if name in lowered and lowered[name] != value:
+            twice.add(name)
+        lowered[name] = value
+    found = {name: lowered[name] for name in checks if name in lowered and name not in twice}
+    if found or twice:
+        return found, None if len(found) == len(exact) else "check names matched ignoring case", twice
     wrappers = [value for value in data.values()
                 if isinstance(value, dict) and any(isinstance(k, str) and k.strip().lower() in checks for k in value)]
     if len(wrappers) == 1:
-        inner, _ = _answers(wrappers[0], checks)
-        return inner, "answers read from under a wrapper key"
+        inner, _, twice = _answers(wrappers[0], checks)
+        return inner, "answers read from under a wrapper key", twice
     if len(checks) == 1 and "score" in data:
-        return {checks[0]: data}, "the reply was the check's answer itself, without its name"
-    return {}, None
+        return {checks[0]: data}, "the reply was the check's answer itself, without its name", set()
+    return {}, None, set()
 
 
 def _parse_reply(checks: tuple[str, ...], tools: frozenset[str] | None):  # noqa: ANN202 - a validator closure
@@ -250,12 +256,12 @@ def _parse_reply(checks: tuple[str, ...], tools: frozenset[str] | None):  # noqa
     others could not be read. Raises ValueError when it answered none of them."""
 
     def validate(data: Any) -> _Reading:
-        answers, where = _answers(data, checks)
+        answers, where, twice = _answers(data, checks)
         replies: dict[str, CheckReply] = {}
         problems: dict[str, str] = {}
         for name in checks:
             if name not in answers:
-                problems[name] = "no answer for this check"
+                problems[name] = "answered twice, differently" if name in twice else "no answer for this check"
                 continue
             try:
                 reply = read_check(answers[name], tools)

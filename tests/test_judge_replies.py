@@ -289,6 +289,17 @@ async def test_a_refusal_becomes_a_judge_error_that_says_so():
     assert "refused" in result.semantic["general_hallucination_check"].error
 
 
+def test_a_check_answered_twice_differently_is_not_guessed():
+    from reflection.semantic import _parse_reply
+
+    checks = ("general_hallucination_check", "general_value_format_alignment")
+    data = {"general_hallucination_check": check_reply(5), "GENERAL_HALLUCINATION_CHECK": check_reply(2),
+            "general_value_format_alignment": check_reply(4)}
+    reading = _parse_reply(checks, None)(data)
+    assert list(reading.replies) == ["general_value_format_alignment"]
+    assert reading.problems == {"general_hallucination_check": "answered twice, differently"}
+
+
 # --- salvaging partial replies ------------------------------------------------------------
 
 def partial_reply():

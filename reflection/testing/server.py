@@ -33,6 +33,7 @@ from reflection._json import dumps
 from reflection.testing._protocol import (
     REPLY_STYLES,
     SCORE_REQUEST,
+    TRUNCATED_BUDGET,
     ReplyStyler,
     check_reply,
     completion,
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle-timeout", type=float, default=120.0)
     parser.add_argument("--reply-style", choices=REPLY_STYLES, default="exact",
                         help="write replies as real models do; a truncated reply is sent whole to a request "
-                             "whose completion budget is above 2048 tokens")
+                             f"whose completion budget is above {TRUNCATED_BUDGET} tokens")
     args = parser.parse_args(argv)
     server = StandInJudge(latency=args.latency, fault_rate=args.fault_rate, max_requests=args.max_requests,
                           idle_timeout=args.idle_timeout, port=args.port, reply_style=args.reply_style)
