@@ -19,7 +19,7 @@ from typing import Any
 
 from reflection._json import dumps, parse_json
 
-__all__ = ["UnreadableReply", "read_json", "reply_text"]
+__all__ = ["RepairedObject", "UnreadableReply", "read_json", "reply_text"]
 
 _THINK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
 _THINK_END = re.compile(r"</(?:think|thinking|reasoning)>", re.I)
@@ -29,6 +29,10 @@ _MAX_OBJECTS = 16  # objects looked at in prose; bounds the work on a pathologic
 
 class UnreadableReply(ValueError):
     """The message holds no JSON object we can read with certainty."""
+
+
+class RepairedObject(dict):
+    """A reply object json_repair made from near-JSON, so readers can say so."""
 
 
 def reply_text(message: Any) -> str:
@@ -127,7 +131,7 @@ def _objects_in(text: str, encodings: int) -> list[Any]:
     from json_repair import repair_json  # imported here: only near-JSON replies need it
 
     repaired = [repair_json(region, return_objects=True) for region in regions]
-    return [value for value in repaired if isinstance(value, dict) and value]
+    return [RepairedObject(value) for value in repaired if isinstance(value, dict) and value]
 
 
 def _outermost_objects(text: str) -> list[str]:

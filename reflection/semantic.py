@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import anyio
 
 from reflection._json import dumps, parse_json
+from reflection._reply import RepairedObject
 from reflection._resources import Template, load_template
 from reflection.judge import Judge, JudgeError, request_key
 from reflection.model import (
@@ -251,12 +252,17 @@ def _answers(data: Any, checks: tuple[str, ...]) -> tuple[dict[str, Any], str | 
     return {}, None, set()
 
 
+_REPAIRED = "the reply was near-JSON (single quotes, Python literals or trailing commas), repaired"
+
+
 def _parse_reply(checks: tuple[str, ...], tools: frozenset[str] | None):  # noqa: ANN202 - a validator closure
     """The validator for a reply answering `checks`: the checks it answered, and why the
     others could not be read. Raises ValueError when it answered none of them."""
 
     def validate(data: Any) -> _Reading:
         answers, where, twice = _answers(data, checks)
+        if isinstance(data, RepairedObject):
+            where = _REPAIRED if where is None else f"{_REPAIRED}; {where}"
         replies: dict[str, CheckReply] = {}
         problems: dict[str, str] = {}
         for name in checks:

@@ -253,6 +253,13 @@ async def test_notes_say_what_was_coerced_and_stay_out_of_the_flat_keys():
         "score given as text, read as 5"]
 
 
+@pytest.mark.parametrize("style", ["single_quotes", "python_literals", "trailing_commas"])
+async def test_a_repaired_near_json_reply_is_noted_on_every_check(style):
+    with FakeJudge(reply_style=style) as judge:
+        result = await reflect(CALL, TOOLS, HISTORY, config=ReflectionConfig(judge=judge.config))
+    assert all(check.notes[0].startswith("the reply was near-JSON") for check in result.semantic.values())
+
+
 async def test_a_bad_correction_costs_no_score_end_to_end():
     with FakeJudge(reply_style="bad_correction") as judge:
         judge.script("general_hallucination_check", score=2)
