@@ -379,7 +379,7 @@ async def test_the_stand_in_speaks_every_style_and_verdicts_stay_right():
                                [{"role": "user", "content": f"Weather in Paris, please ({i})"}], config=config)
             bad = await reflect({"name": "get_weather", "arguments": {"city": f"Atlantis{i}"}}, TOOLS,
                                 [{"role": "user", "content": f"Weather in Paris, please ({i})"}], config=config)
-            assert ok.overall_valid in (True, None) and bad.overall_valid in (False, None)
+            assert ok.overall_valid is True and bad.overall_valid is False
     assert len(server.styler.counts) > 5
 
 
