@@ -37,7 +37,8 @@ class RepairedObject(dict):
 
 def reply_text(message: Any) -> str:
     """The text of a completion's `message` that carries the answer: `content`, or a tool
-    call's `arguments` when `content` is empty. A refusal and an empty reply raise."""
+    call's `arguments` when `content` is empty or holds no object. A refusal and an empty
+    reply raise."""
     if not isinstance(message, dict):
         raise UnreadableReply("the judge returned no message")
     refusal = message.get("refusal")
@@ -47,11 +48,13 @@ def reply_text(message: Any) -> str:
     if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
         content = "".join(part.get("text") or "" for part in content
                           if isinstance(part, dict) and isinstance(part.get("text"), str))
-    if isinstance(content, str) and content and not content.isspace():
+    if isinstance(content, str) and content and not content.isspace() and ("{" in content or "tool_calls" not in message):
         return content
-    arguments = _tool_arguments(message)
+    arguments = _tool_arguments(message)  # the answer as a tool call, beside no content or a remark
     if arguments is not None:
         return arguments
+    if isinstance(content, str) and content and not content.isspace():
+        return content
     if message.get("reasoning_content") or message.get("reasoning"):
         raise UnreadableReply("the judge sent only its reasoning, with an empty answer")
     raise UnreadableReply("the judge sent an empty reply")

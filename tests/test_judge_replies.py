@@ -74,6 +74,11 @@ def test_a_tool_calls_arguments_are_read_when_content_is_null(arguments):
     assert read(None, tool_calls=[call]) == OBJECT
 
 
+def test_a_tool_call_beside_a_remark_is_the_answer():
+    call = {"id": "c1", "type": "function", "function": {"name": "review", "arguments": dumps(OBJECT)}}
+    assert read("I'll submit my review with the tool.", tool_calls=[call]) == OBJECT
+
+
 def test_content_parts_are_joined():
     assert read([{"type": "text", "text": dumps(OBJECT)}]) == OBJECT
 
