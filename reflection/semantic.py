@@ -18,7 +18,7 @@ import anyio
 from reflection._json import dumps, parse_json
 from reflection._reply import RepairedObject
 from reflection._resources import Template, load_template
-from reflection.judge import Judge, JudgeError, request_key
+from reflection.judge import Judge, JudgeError, request_key, _reraise_fatal
 from reflection.model import (
     History,
     JudgeUsage,
@@ -452,9 +452,13 @@ async def run_semantic(
             for name, problem in still.items():
                 replies[name] = JudgeError(f"the judge gave no valid answer for this check: {problem}")
     else:
-        async with anyio.create_task_group() as tg:
-            for group in groups:
-                tg.start_soon(ask, group)
+        try:
+            async with anyio.create_task_group() as tg:
+                for group in groups:
+                    tg.start_soon(ask, group)
+        except BaseExceptionGroup as failed:
+            _reraise_fatal(failed)  # an endpoint that cannot answer stops the caller, whatever the mode
+            raise
     return {name: replies[name] for name in checks}, usages[0] if len(usages) == 1 else JudgeUsage.total(usages)
 
 

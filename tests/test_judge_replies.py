@@ -192,10 +192,10 @@ def test_the_valid_parts_of_a_correction_are_kept():
 # --- through the real client: every style --------------------------------------------------
 
 def expected_requests(style):
-    return 2 if style == "empty" else 1
+    return 2 if style in ("empty", "truncated") else 1  # re-asked: the same request, or with a bigger budget
 
 
-@pytest.mark.parametrize("style", [s for s in REPLY_STYLES if s != "truncated"])
+@pytest.mark.parametrize("style", REPLY_STYLES)
 @pytest.mark.parametrize(("call", "verdict"), [(CALL, True), (INVENTED, False)], ids=["valid", "invented"])
 async def test_the_semantic_stage_gives_the_right_verdict_in_every_reply_style(style, call, verdict):
     with FakeJudge(reply_style=style) as judge:
@@ -208,7 +208,7 @@ async def test_the_semantic_stage_gives_the_right_verdict_in_every_reply_style(s
         assert result.usage.requests == expected_requests(style)
 
 
-@pytest.mark.parametrize("style", [s for s in REPLY_STYLES if s not in ("truncated", "mixture")])
+@pytest.mark.parametrize("style", REPLY_STYLES)
 async def test_every_reply_style_is_read_in_per_check_mode(style):
     with FakeJudge(reply_style=style) as judge:
         judge.script("general_hallucination_check", score=2)
@@ -218,11 +218,13 @@ async def test_every_reply_style_is_read_in_per_check_mode(style):
         name: 2 if name == "general_hallucination_check" else 5 for name in SEMANTIC_CHECKS}
 
 
-async def test_a_truncated_reply_is_never_completed_by_a_guess():
+async def test_a_truncated_reply_is_never_completed_by_a_guess_but_asked_again_with_more_room():
     with FakeJudge(reply_style="truncated") as judge:
+        judge.script("general_hallucination_check", score=2)
         result = await reflect(INVENTED, TOOLS, HISTORY, config=ReflectionConfig(judge=judge.config))
-    assert result.overall_valid is None
-    assert all(check.status == "error" for check in result.semantic.values())
+    budgets = [r.body["max_completion_tokens"] for r in judge.requests]
+    assert budgets[0] <= TRUNCATED_BUDGET < budgets[1] and len(budgets) == 2
+    assert result.overall_valid is False
 
 
 def test_a_truncated_style_reply_is_whole_for_a_larger_completion_budget():
