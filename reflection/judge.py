@@ -39,7 +39,8 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from reflection import telemetry
 from reflection._http import judge_http_client
-from reflection._json import dumps, parse_json
+from reflection._json import dumps
+from reflection._reply import UnreadableReply, read_json, reply_text
 from reflection.model import JudgeUsage
 
 if TYPE_CHECKING:
@@ -376,7 +377,7 @@ class Judge:
                 with attempt:
                     raw_reply = await self._request(conversation, schema, schema_name, totals)
                     try:
-                        data = parse_json(raw_reply)
+                        data = read_json(raw_reply)
                     except ValueError as exc:
                         self._reask(conversation, raw_reply, f"the reply is not valid JSON ({exc})")
                         raise InvalidReply(f"the judge reply was not valid JSON: {exc}") from None
@@ -480,10 +481,10 @@ class Judge:
             if not choices or not isinstance(choices, list):
                 raise InvalidReply("the judge returned no choices")
             message = choices[0].get("message") if isinstance(choices[0], dict) else None
-            content = message.get("content") if isinstance(message, dict) else None
-            if not content or not isinstance(content, str):
-                raise InvalidReply("the judge returned an empty message")
-            return _strip_fences(content)
+            try:
+                return reply_text(message)
+            except UnreadableReply as exc:  # a refusal or an empty reply, said as such
+                raise InvalidReply(str(exc)) from None
 
     async def _post_limited(self, body: dict[str, Any]) -> dict[str, Any]:
         """`_post` holding one of the limiter's tokens. A free token is taken without the
@@ -632,14 +633,6 @@ _STATUS_ERRORS: dict[int, str] = {
 }
 
 
-def _strip_fences(text: str) -> str:
-    """Prompt-only JSON often arrives in a ```json fence."""
-    stripped = text.strip()
-    if stripped.startswith("```"):
-        stripped = stripped.split("\n", 1)[1] if "\n" in stripped else ""
-        if stripped.rstrip().endswith("```"):
-            stripped = stripped.rstrip()[:-3]
-    return stripped.strip()
 
 
 def request_key(config: JudgeConfig, template_version: str, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
