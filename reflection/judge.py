@@ -379,12 +379,12 @@ class Judge:
                     try:
                         data = read_json(raw_reply)
                     except ValueError as exc:
-                        self._reask(conversation, raw_reply, f"the reply is not valid JSON ({exc})")
+                        self._reask(conversation, f"the reply is not valid JSON ({exc})")
                         raise InvalidReply(f"the judge reply was not valid JSON: {exc}") from None
                     try:
                         value = validate(data)
                     except Exception as exc:  # noqa: BLE001 - any validation failure is re-asked
-                        self._reask(conversation, raw_reply, str(exc))
+                        self._reask(conversation, str(exc))
                         raise InvalidReply(f"the judge reply failed validation: {exc}") from None
         except (_sdk().APIError, InvalidReply, _Unanswerable) as exc:
             raise JudgeError(f"{_describe(exc)} (after {totals['requests']} request(s))", self._usage(totals)) from exc
@@ -407,12 +407,16 @@ class Judge:
         return min(after, self.config.retry_max_wait)
 
     @staticmethod
-    def _reask(conversation: list[dict[str, str]], reply: str, error: str) -> None:
-        conversation.append({"role": "assistant", "content": reply[:4000]})
-        conversation.append({
-            "role": "user",
-            "content": f"Your previous reply was invalid: {error[:1500]}\nReply again with only one JSON object that matches the schema.",
-        })
+    def _reask(conversation: list[dict[str, str]], error: str) -> None:
+        # The reply itself is never sent back: a re-ask says what was wrong in our own words,
+        # so no text of the reply reaches the prompt outside the <data> block. One note at a
+        # time: a second re-ask replaces the first.
+        note = {"role": "user", "content": f"{_REASK_NOTE}{error[:1500]}\n"
+                                           "Reply again with only one JSON object that matches the schema."}
+        if conversation[-1]["content"].startswith(_REASK_NOTE):
+            conversation[-1] = note
+        else:
+            conversation.append(note)
 
     def _warn_once(self, topic: str, message: str) -> None:
         if topic not in self._warned:
@@ -607,6 +611,9 @@ def _finish_reason(completion: dict[str, Any]) -> Any:
     choices = completion.get("choices")
     first = choices[0] if isinstance(choices, list) and choices else None
     return first.get("finish_reason") if isinstance(first, dict) else None
+
+
+_REASK_NOTE = "Your previous reply was invalid: "
 
 
 def _status_error(response: httpx.Response, data: Any, content: bytes) -> openai.APIStatusError:
