@@ -91,3 +91,5 @@ app.command("batch", help="Reflect a dataset with resume, judge cache, progress 
 app.command("report", help="Summarise a batch output file (text table or --json).")(report)
 app.command("serve", help="Run the reflection service and the OpenAI-compatible gateway (HTTP).")(serve)
 app.command("mcp-proxy", help="Check the tool calls of an MCP server run over stdio: reflection mcp-proxy -- COMMAND ARGS...")(mcp_proxy)
+app.command("calibrate", help="Calibrate thresholds on labelled calls: confusion matrices, sweeps, suggestions.")(
+    __import__("reflection.calibrate", fromlist=["calibrate_command"]).calibrate_command)

@@ -134,6 +134,9 @@ class ReflectionConfig(BaseSettings):
     """The gateway's model endpoint; without it `/v1/chat/completions` answers 404."""
     gate: GatePolicy = Field(default_factory=GatePolicy)
     """The policy a `reflection.Gate` built from this config applies."""
+    wordnet: Path | None = None
+    """A WordNet database directory for METEOR's synonyms in `reflection score` (also
+    `REFLECTION_WORDNET`); unset: NLTK's data path, then Debian's /usr/share/wordnet."""
 
     @field_validator("checks")
     @classmethod

@@ -4,6 +4,7 @@ a server trickling its reply, one sending a huge body, and an address where noth
 import socket
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -49,9 +50,12 @@ async def ask(config):
         return await judge.ask(MESSAGES, schema=SCHEMA, schema_name="score", validate=lambda data: data)
 
 
-async def test_a_server_trickling_its_reply_times_out_at_the_overall_deadline(server_process):
+@pytest.mark.parametrize("deadline", ["asyncio.timeout", "anyio.fail_after"])
+async def test_a_server_trickling_its_reply_times_out_at_the_overall_deadline(server_process, monkeypatch, deadline):
     # One byte every 0.2 s: every read is quick, so only a deadline on the whole exchange ends it
     # (the server hangs up after 30 s; without a deadline that is a connection error, not a timeout).
+    if deadline == "anyio.fail_after":  # the path taken under event loops other than asyncio
+        monkeypatch.setattr("reflection.judge.sniffio", SimpleNamespace(current_async_library=lambda: "trio"))
     url = server_process("--transport-fault", "trickle")
     config = JudgeConfig(base_url=url, model="stand-in", timeout=1.5, max_attempts=1)
     with pytest.raises(JudgeError, match="the judge request timed out"):

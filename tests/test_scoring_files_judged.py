@@ -216,6 +216,7 @@ def test_without_a_judge_the_new_keys_are_null_and_the_rest_is_unchanged(tmp_pat
         "tool_call_equivalence": 1.0, "binary_tool_call": 1.0, "staged_tool_call": 1.0,
         "tool_selection_accuracy": 1.0, "parameter_accuracy": 1.0, "execution_success": 1.0,
         "trajectory_correctness": 1.0, "response_exact_match": 1.0, "response_rouge_l": 1.0,
+        "response_meteor": 0.5,  # one matched word: METEOR's fragmentation penalty halves it
         "response_correctness": None, "tool_selection_judged": None, "trajectory_match": None,
         "no_call": False, "unknown_tool": False, "error": None, "judge_error": None, "judge_usage": None,
     }

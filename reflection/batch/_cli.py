@@ -6,7 +6,6 @@ reflection.batch._cli` runs them on their own.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import anyio
@@ -23,7 +22,7 @@ from reflection.judge import JudgeFatalError
 __all__ = ["batch", "report"]
 
 # JudgeFatalError: a judge endpoint that cannot answer (401/403/404/refused) stops the run.
-_USER_ERRORS = (ValueError, FileNotFoundError, OutputCorrupt, sqlite3.DatabaseError, ImportError, OSError, JudgeFatalError)
+_USER_ERRORS = (ValueError, FileNotFoundError, OutputCorrupt, ImportError, OSError, JudgeFatalError)
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -98,13 +97,25 @@ def batch(
 def report(
     output: Path = typer.Argument(..., help="A batch output file (JSON Lines)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    html_out: Path | None = typer.Option(None, "--html", dir_okay=False,
+                                         help="Also write a self-contained HTML report (charts, failing rows) here."),
 ) -> None:
     """Summarise a batch output file: verdict counts, mean of each flat key, top failing checks, judge cost, latency."""
     if not output.is_file():
         raise _fail(f"output file not found: {output}")
+    if html_out is not None and not html_out.parent.is_dir():
+        raise _fail(f"cannot write the HTML report: no folder {str(html_out.parent)!r}")
     try:
         _print_report(output, json_out)
+        if html_out is not None:
+            from reflection.batch._output import iter_output_rows
+            from reflection.batch.html import batch_report_html, write_html
+
+            write_html(html_out, batch_report_html(iter_output_rows(output), source=output))
+            typer.echo(f"wrote the HTML report to {html_out}", err=True)
     except OutputCorrupt as exc:
+        raise _fail(str(exc)) from None
+    except OSError as exc:  # the HTML file cannot be written there
         raise _fail(str(exc)) from None
 
 
