@@ -1,7 +1,7 @@
 """reflection: check an LLM agent's tool calls before they execute."""
 
 from reflection.batch import reflect_dataset
-from reflection.config import ReflectionConfig
+from reflection.config import ReflectionConfig, ServiceConfig, UpstreamConfig
 from reflection.formats import normalize_call, normalize_calls, normalize_history, normalize_tools
 from reflection.model import (
     SEMANTIC_CHECKS,
@@ -53,6 +53,8 @@ __all__ = [
     "JudgeFatalError",
     "Price",
     "ReflectionConfig",
+    "ServiceConfig",
+    "UpstreamConfig",
     "Reflector",
     "History",
     "Message",

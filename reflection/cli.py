@@ -16,6 +16,7 @@ from reflection.config import ReflectionConfig
 from reflection._log import warnings_to_stderr
 from reflection.judge import JudgeFatalError
 from reflection.scoring._cli import score
+from reflection.service._cli import mcp_proxy, serve
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Check LLM agents' tool calls before they execute, and score them against references.")
@@ -88,5 +89,7 @@ async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: 
 app.command("score", help="Score predicted tool calls against references (JSON Lines joined by id).")(score)
 app.command("batch", help="Reflect a dataset with resume, judge cache, progress and a report.")(batch)
 app.command("report", help="Summarise a batch output file (text table or --json).")(report)
+app.command("serve", help="Run the reflection service and the OpenAI-compatible gateway (HTTP).")(serve)
+app.command("mcp-proxy", help="Check the tool calls of an MCP server run over stdio: reflection mcp-proxy -- COMMAND ARGS...")(mcp_proxy)
 app.command("calibrate", help="Calibrate thresholds on labelled calls: confusion matrices, sweeps, suggestions.")(
     __import__("reflection.calibrate", fromlist=["calibrate_command"]).calibrate_command)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reflection.judge import JudgeConfig
@@ -19,6 +19,35 @@ DEFAULT_THRESHOLDS: dict[str, int] = {
     "function_selection_appropriateness": 3,
     "agentic_constraints_satisfaction": 3,
 }
+
+
+class ServiceConfig(BaseModel):
+    """`reflection serve`: authentication and limits (YAML `service:`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    api_keys: tuple[SecretStr, ...] = ()
+    """Bearer keys a client must present; also `REFLECTION_SERVICE__API_KEYS` (a JSON list). Never logged."""
+    max_body_bytes: int = Field(default=4_000_000, ge=1024)
+    """Larger request bodies get 413."""
+    max_in_flight: int = Field(default=256, ge=1)
+    """Requests handled at once per worker; more get 503 with Retry-After."""
+    deadline_seconds: float = Field(default=120.0, gt=0)
+    """Time allowed for one request (judge and upstream included); then 504."""
+
+
+class UpstreamConfig(BaseModel):
+    """The model endpoint behind the gateway (`POST /v1/chat/completions`), YAML `upstream:`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    base_url: str
+    """OpenAI-compatible base URL, e.g. https://api.openai.com/v1."""
+    api_key_env: str | None = None
+    """Environment variable holding the upstream key; unset: the client's own Authorization is passed through."""
+    timeout: float = Field(default=600.0, gt=0)
+    max_reflect_rounds: int = Field(default=2, ge=0, le=10)
+    """Times a refused call is sent back to the model with its feedback before `reflect_fallback`."""
+    reflect_fallback: Literal["deny", "escalate"] = "deny"
+    """What a call still refused after `max_reflect_rounds` re-asks gets."""
 
 
 GateAction = Literal["allow", "modify", "reflect", "deny", "escalate"]
@@ -99,6 +128,10 @@ class ReflectionConfig(BaseSettings):
     most recent turns are kept."""
     prompts_dir: Path | None = None
     """A directory of templates (`<check>.md`, `system.md`) that override the shipped ones."""
+    service: ServiceConfig = Field(default_factory=ServiceConfig)
+    """`reflection serve`: API keys and limits."""
+    upstream: UpstreamConfig | None = None
+    """The gateway's model endpoint; without it `/v1/chat/completions` answers 404."""
     gate: GatePolicy = Field(default_factory=GatePolicy)
     """The policy a `reflection.Gate` built from this config applies."""
     wordnet: Path | None = None

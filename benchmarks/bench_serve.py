@@ -1,0 +1,270 @@
+"""The service's overhead, measured side by side in one run (issue 13 targets).
+
+1. Gateway: CONCURRENCY clients post Chat Completions requests with tools, each answered by the
+   stand-in model (`python -m reflection.testing.upstream`, its own process) after LATENCY with
+   one valid tool call. *direct*: the clients talk to the stand-in; *gateway*: they talk to
+   `reflection serve` (its own process, one worker, no judge: the gate runs the static checks),
+   which forwards to the same stand-in and gates the call. Printed: latency p50 and p99 of each,
+   the added latency (gateway minus direct) at p50 and p99, and the throughput ratio.
+   Targets: added p50 <= 2 ms, p99 <= 10 ms, throughput >= 0.9x direct.
+2. `/v1/check`: CONCURRENCY clients post one row each time (a call, its tool specs, a short
+   conversation) to `reflection serve`'s `/v1/check`, and to a bare FastAPI endpoint on the same
+   stack (uvicorn with uvloop and httptools, one worker, its own process) that only parses the
+   JSON body and echoes it. Printed: requests per second of each and the ratio.
+   Target: >= 0.5x the echo endpoint.
+
+The clients are raw asyncio HTTP/1.1 connections (keep-alive, one request in flight each), so
+the load generator's own CPU stays small next to what is measured. Every process shares this
+machine's cores: on a 2-core machine the servers, the stand-in and the clients compete, and a
+busy machine shows it. Run it on a quiet machine, and more than once.
+
+    python benchmarks/bench_serve.py [--requests 3000] [--check-requests 5000] [--concurrency 64] [--latency 0.05]
+                                     [--workers 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Measure the checkout this script lives in, not whichever copy of the package is installed.
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from starlette.requests import Request  # noqa: E402 - FastAPI resolves the echo route's annotation here
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The forecast for a city over a number of days.",
+    "parameters": {"type": "object", "required": ["city"], "properties": {
+        "city": {"type": "string", "description": "City name"},
+        "days": {"type": "integer", "minimum": 1, "maximum": 14},
+        "units": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"}}}}}]
+HISTORY = [{"role": "system", "content": "You are a weather assistant."},
+           {"role": "user", "content": "What's the weather in Paris for the next 2 days?"}]
+SCRIPT = {"bench": [{"content": None, "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]}]}
+CHECK_ROW = {"id": "bench", "call": {"id": "call_1", "type": "function",
+                                     "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'}},
+             "tools": TOOLS, "history": HISTORY}
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFLECTION_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return env
+
+
+def start_upstream(latency: float, tmp: Path) -> tuple[subprocess.Popen[str], str]:
+    script = tmp / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    process = subprocess.Popen([sys.executable, "-m", "reflection.testing.upstream", "--script", str(script),
+                                "--latency", str(latency), "--idle-timeout", "600"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env())
+    assert process.stdout is not None
+    return process, process.stdout.readline().strip()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU so far of a process and its live child processes (the workers), from
+    Linux /proc; 0 elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children = [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+                    for c in (task / "children").read_text().split()]
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK") + sum(cpu_seconds(c) for c in children)
+
+
+def start_service(tmp: Path, upstream: str, workers: int) -> tuple[subprocess.Popen[bytes], str]:
+    config = tmp / "config.yaml"
+    config.write_text(json.dumps({"upstream": {"base_url": upstream}}))  # JSON is YAML
+    log = tmp / "service.log"
+    with log.open("wb") as err:
+        process = subprocess.Popen([sys.executable, "-c", "from reflection.cli import app; app()", "serve",
+                                    "--config", str(config), "--port", "0", "--workers", str(workers)],
+                                   stdout=subprocess.DEVNULL, stderr=err, env=_env())
+    return process, _wait_for_url(process, log, r"serving on (http://127\.0\.0\.1:\d+)")
+
+
+def start_echo(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+    log = tmp / "echo.log"
+    with log.open("wb") as err:
+        process = subprocess.Popen([sys.executable, __file__, "--echo-server"], stdout=subprocess.DEVNULL,
+                                   stderr=err, env=_env())
+    return process, _wait_for_url(process, log, r"echo on (http://127\.0\.0\.1:\d+)")
+
+
+def _wait_for_url(process: subprocess.Popen[bytes], log: Path, pattern: str) -> str:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited: {log.read_text()}")
+        match = re.search(pattern, log.read_text(errors="replace"))
+        if match:
+            url = match.group(1)
+            for _ in range(400):
+                try:
+                    import httpx
+
+                    httpx.get(url + "/healthz", timeout=1)
+                    return url
+                except Exception:  # noqa: BLE001 - not listening yet
+                    time.sleep(0.05)
+        time.sleep(0.05)
+    raise RuntimeError(f"server did not start: {log.read_text()}")
+
+
+def echo_server() -> None:
+    """A bare endpoint on the service's stack: FastAPI on uvicorn (uvloop, httptools), parse and echo."""
+    import socket
+
+    import orjson
+    import uvicorn
+    from fastapi import FastAPI
+    from fastapi.responses import Response
+
+    app = FastAPI()
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/echo")
+    async def echo(request: Request) -> Response:
+        return Response(orjson.dumps(orjson.loads(await request.body())), media_type="application/json")
+
+    sock = socket.socket()
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind(("127.0.0.1", 0))
+    print(f"echo on http://127.0.0.1:{sock.getsockname()[1]}", file=sys.stderr, flush=True)
+    # The service's settings: uvloop and httptools (uvicorn's "auto" picks them), no access log.
+    config = uvicorn.Config(app, log_level="warning", access_log=False, server_header=False, backlog=2048)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+# --- load ----------------------------------------------------------------------------------------
+
+
+async def _read_response(reader: asyncio.StreamReader) -> int:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if "content-length" in headers:
+        await reader.readexactly(int(headers["content-length"]))
+    elif headers.get("transfer-encoding") == "chunked":
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                break
+    return status
+
+
+async def load(url: str, path: str, body: bytes, requests: int, concurrency: int) -> tuple[list[float], float, int]:
+    """Post `body` `requests` times over `concurrency` keep-alive connections: latencies (s), wall time, errors."""
+    host, port = url.removeprefix("http://").split(":")
+    request = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\nAuthorization: Bearer bench\r\n\r\n").encode() + body
+    latencies: list[float] = []
+    errors = 0
+    remaining = requests
+
+    async def client() -> None:
+        nonlocal remaining, errors
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            while remaining > 0:
+                remaining -= 1
+                started = time.perf_counter()
+                writer.write(request)
+                status = await _read_response(reader)
+                latencies.append(time.perf_counter() - started)
+                errors += status != 200
+        finally:
+            writer.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    return latencies, time.perf_counter() - started, errors
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run(args: argparse.Namespace) -> None:
+    chat = json.dumps({"model": "bench", "messages": HISTORY, "tools": TOOLS}).encode()
+    row = json.dumps(CHECK_ROW).encode()
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        upstream, upstream_url = start_upstream(args.latency, tmp)
+        service, service_url = start_service(tmp, upstream_url, args.workers)
+        echo, echo_url = start_echo(tmp)
+        try:
+            upstream_base = upstream_url.removesuffix("/v1")
+            for url in (upstream_base, service_url):  # warm-up: connections, caches, imports
+                asyncio.run(load(url, "/v1/chat/completions", chat, 300, args.concurrency))
+            direct, direct_wall, direct_err = asyncio.run(
+                load(upstream_base, "/v1/chat/completions", chat, args.requests, args.concurrency))
+            cpu = cpu_seconds(service.pid)
+            gated, gated_wall, gated_err = asyncio.run(
+                load(service_url, "/v1/chat/completions", chat, args.requests, args.concurrency))
+            gateway_cpu = cpu_seconds(service.pid) - cpu
+            print(f"gateway, {args.concurrency} concurrent clients, {args.requests} requests each way, "
+                  f"stand-in latency {args.latency * 1000:.0f} ms, gate static (no judge), {args.workers} worker(s)")
+            for name, lat, wall, err in (("direct ", direct, direct_wall, direct_err), ("gateway", gated, gated_wall, gated_err)):
+                print(f"  {name}: p50 {_pct(lat, 0.5) * 1000:7.2f} ms  p99 {_pct(lat, 0.99) * 1000:7.2f} ms  "
+                      f"{len(lat) / wall:8.1f} req/s  errors {err}")
+            added50 = (_pct(gated, 0.5) - _pct(direct, 0.5)) * 1000
+            added99 = (_pct(gated, 0.99) - _pct(direct, 0.99)) * 1000
+            ratio = (len(gated) / gated_wall) / (len(direct) / direct_wall)
+            print(f"  added latency: p50 {added50:+.2f} ms (target <= 2), p99 {added99:+.2f} ms (target <= 10); "
+                  f"throughput {ratio:.2f}x direct (target >= 0.9)")
+            print(f"  the gateway's CPU (all its processes): {gateway_cpu / args.requests * 1000:.2f} ms per request "
+                  f"(one core passes at most about {args.requests / max(gateway_cpu, 1e-9):.0f} req/s)")
+
+            for url, path in ((service_url, "/v1/check"), (echo_url, "/echo")):
+                asyncio.run(load(url, path, row, 500, args.concurrency))
+            _, check_wall, check_err = asyncio.run(load(service_url, "/v1/check", row, args.check_requests, args.concurrency))
+            _, echo_wall, echo_err = asyncio.run(load(echo_url, "/echo", row, args.check_requests, args.concurrency))
+            check_rate, echo_rate = args.check_requests / check_wall, args.check_requests / echo_wall
+            print(f"/v1/check vs a bare parse-and-echo endpoint on the same stack, {args.check_requests} requests, "
+                  f"{args.concurrency} concurrent, {len(row)} byte row")
+            print(f"  /v1/check: {check_rate:8.1f} req/s (errors {check_err})   echo: {echo_rate:8.1f} req/s "
+                  f"(errors {echo_err})   ratio {check_rate / echo_rate:.2f}x (target >= 0.5)")
+        finally:
+            for process in (upstream, service, echo):
+                process.terminate()
+                process.wait(15)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=3000, help="gateway requests per arm")
+    parser.add_argument("--check-requests", type=int, default=5000, help="/v1/check and echo requests per arm")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--latency", type=float, default=0.05, help="the stand-in model's latency (s)")
+    parser.add_argument("--workers", type=int, default=1, help="reflection serve --workers")
+    parser.add_argument("--echo-server", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.echo_server:
+        echo_server()
+    else:
+        run(args)
+
+
+if __name__ == "__main__":
+    main()

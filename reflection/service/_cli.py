@@ -1,0 +1,137 @@
+"""The `reflection serve` and `reflection mcp-proxy` commands: options in, library calls out.
+
+`reflection.cli` registers them; they import the service stack only when run, so the rest of the
+CLI works without the `service` extra.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+import typer
+
+__all__ = ["app_from_env", "mcp_proxy", "serve"]
+
+_CONFIG_ENV = "REFLECTION_SERVE_CONFIG"
+"""How `reflection serve` tells its worker processes which config file to load."""
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def _load(config: Path | None):  # noqa: ANN202 - ReflectionConfig, imported late
+    from reflection.cli import load_config
+
+    try:
+        return load_config(config)
+    except ValueError as exc:
+        raise _fail(f"invalid configuration: {exc}") from None
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _require_service_extra() -> None:
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise _fail(f"the service needs the 'service' extra: pip install \"reflection[service]\" ({exc})") from None
+
+
+def app_from_env():  # noqa: ANN201 - an ASGI app
+    """The application of one worker process: the config file named by REFLECTION_SERVE_CONFIG
+    (if any), with the environment on top. Used by `reflection serve` as uvicorn's factory."""
+    from reflection.cli import load_config
+    from reflection.service.app import create_app
+
+    path = os.environ.get(_CONFIG_ENV)
+    return create_app(load_config(Path(path) if path else None))
+
+
+def serve(
+    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help="YAML config (service:, upstream:, judge:, gate:)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port (0: any free port)."),
+    workers: int = typer.Option(1, "--workers", min=1, help="Worker processes (each with its own judge pool and cache)."),
+    insecure_no_auth: bool = typer.Option(False, "--insecure-no-auth", help="Listen beyond loopback without API keys."),
+    log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
+) -> None:
+    """Run the reflection service: /v1/reflect, /v1/check, /v1/gate, the LiteLLM guardrail, the
+    OpenAI-compatible gateway (/v1/chat/completions), /healthz, /readyz and /metrics."""
+    _require_service_extra()
+    import uvicorn
+
+    from reflection.service._logging import log_config, request_logger
+
+    cfg = _load(config)
+    if not cfg.service.api_keys and not _is_loopback(host) and not insecure_no_auth:
+        raise _fail(f"no API keys configured (service.api_keys or REFLECTION_SERVICE__API_KEYS), so the service "
+                    f"listens only on loopback; refusing --host {host}. Configure keys, or pass --insecure-no-auth.")
+    if port == 0:
+        port = _free_port(host)
+    os.environ[_CONFIG_ENV] = str(config.resolve()) if config else ""
+    metrics_dir = None
+    if workers > 1:
+        metrics_dir = tempfile.mkdtemp(prefix="reflection-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    import logging.config
+
+    logging.config.dictConfig(log_config(log_level))
+    shown = f"[{host}]" if ":" in host else host
+    request_logger.info(f"serving on http://{shown}:{port} with {workers} worker(s)", extra={"event": "listening"})
+    try:
+        uvicorn.run(
+            "reflection.service._cli:app_from_env", factory=True, host=host, port=port, workers=workers,
+            log_config=log_config(log_level), access_log=False, server_header=False,
+            timeout_graceful_shutdown=int(cfg.service.deadline_seconds) + 1, backlog=2048,
+        )
+    finally:
+        if metrics_dir:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def mcp_proxy(
+    command: list[str] = typer.Argument(..., help="The MCP server to run, after --: COMMAND ARGS..."),
+    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help="YAML config (judge:, gate:)."),
+    log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
+) -> None:
+    """Front an MCP server run over stdio: every tools/call is checked; a refused call is answered
+    with an MCP tool error whose text is the feedback. Everything else passes through."""
+    try:
+        import mcp  # noqa: F401
+    except ImportError as exc:
+        raise _fail(f"the MCP proxy needs the 'service' extra: pip install \"reflection[service]\" ({exc})") from None
+    import logging.config
+
+    import anyio
+
+    from reflection.service._logging import log_config
+    from reflection.service.mcp_proxy import run_proxy
+
+    cfg = _load(config)
+    logging.config.dictConfig(log_config(log_level))
+    try:
+        anyio.run(run_proxy, command, cfg)
+    except OSError as exc:
+        raise _fail(f"cannot start the MCP server {command[0]!r}: {exc}") from None

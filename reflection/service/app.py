@@ -1,0 +1,308 @@
+"""The HTTP application: routes translate HTTP to one library call and back.
+
+FastAPI on Starlette, served by uvicorn: FastAPI gives `/openapi.json` from pydantic models,
+Starlette streams responses without buffering, and uvicorn (uvloop, httptools) runs several
+worker processes and drains in-flight requests on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Literal
+
+import anyio
+import httpx
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from reflection._json import dumps
+from reflection.config import ReflectionConfig
+from reflection.model import ReflectionResult
+from reflection.pipeline import Reflector, _is_parallel
+from reflection.rows import InputRow, RowError, parse_line, read_row, result_row
+from reflection.service import _guardrail
+from reflection.service._metrics import CONTENT_TYPE_LATEST, Metrics
+from reflection.service._middleware import ServiceMiddleware, _BodyTooLarge
+from reflection.static import check_call, check_calls
+
+__all__ = ["DecisionOut", "ResultRow", "RowIn", "create_app"]
+
+STATIC_ONLY = "static stage only (/v1/check)"
+_READY_CACHE_SECONDS = 2.0
+
+
+class RowIn(BaseModel):
+    """A row as `reflection check` reads it. `call` (one call) or `tool_calls` (several) is required."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str | int | None = Field(default=None, description="Row id; rows without one are named line-1.")
+    call: Any = Field(default=None, description="The proposed call: OpenAI tool call, Anthropic tool_use, "
+                                               "plain {name, arguments}, or an assistant message with tool_calls.")
+    tool_calls: list[Any] | None = Field(default=None, description="Several parallel calls (instead of call).")
+    tools: Any = Field(default=None, description="Tool specs: OpenAI, Anthropic, MCP, BFCL or parameter lists.")
+    history: Any = Field(default=None, description="The conversation: chat messages, content blocks, or a string.")
+
+
+class ResultRow(BaseModel):
+    """The row `reflection check` writes: id, overall_valid, flat keys, judge_skipped, warnings, usage,
+    latency_ms and `results` (the full structured result per call)."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    overall_valid: bool | None
+
+
+class DecisionOut(BaseModel):
+    """The gate's decision for one call (several calls: `{"id", "decisions": [...]}`)."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str | None = None
+    action: Literal["allow", "modify", "reflect", "deny", "escalate"] | None = None
+    call: Any = None
+    feedback: str | None = None
+    reason: str | None = None
+    result: dict[str, Any] | None = None
+    decisions: list[dict[str, Any]] | None = None
+
+
+class Problem(BaseModel):
+    """An error answer: what is wrong and what to do."""
+
+    detail: Any
+
+
+_ROW_SCHEMA = {**RowIn.model_json_schema(), "anyOf": [{"required": ["call"]}, {"required": ["tool_calls"]}]}
+_ROW_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": _ROW_SCHEMA}}}}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": Problem, "description": "The body is not JSON."},
+    401: {"model": Problem, "description": "Missing or invalid API key."},
+    413: {"model": Problem, "description": "The body is larger than service.max_body_bytes."},
+    422: {"model": Problem, "description": "The row cannot be read: the message says what to fix."},
+    503: {"model": Problem, "description": "Busy: retry after the Retry-After header's seconds."},
+    504: {"model": Problem, "description": "The request outlived service.deadline_seconds."},
+}
+
+
+class _State:
+    """What one worker holds for its lifetime: the reflector, the gate, the upstream client."""
+
+    def __init__(self, config: ReflectionConfig, metrics: Metrics):
+        self.config = config
+        self.metrics = metrics
+        self.reflector: Reflector | None = None
+        self.gate: Any = None
+        self.gateway: Any = None
+        self.probe_client: httpx.AsyncClient | None = None
+        self.ready_at = 0.0
+        self.ready: tuple[bool, dict[str, str]] = (False, {})
+
+
+async def read_json(request: Request) -> Any:
+    """The request body as JSON (strict: NaN and trailing data are errors; big integers exact).
+    The `tools` member of an object body stays JSON text, as `reflection check` reads it."""
+    try:
+        body = await request.body()
+    except _BodyTooLarge:
+        raise HTTPException(413, "request body larger than the service's max_body_bytes") from None
+    try:
+        return parse_line(body)
+    except ValueError as exc:
+        raise HTTPException(400, f"the body is not valid JSON: {exc}") from None
+
+
+def _read_row(raw: Any) -> InputRow:
+    try:
+        return read_row(raw, 1)
+    except RowError as exc:
+        raise HTTPException(422, str(exc)) from None
+
+
+def _json(content: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(dumps(content), status_code=status, media_type="application/json", headers=headers)
+
+
+def create_app(config: ReflectionConfig | None = None) -> Any:
+    """The service as an ASGI application for `config` (default: `ReflectionConfig()`, which reads
+    `REFLECTION_*`). Routes: `/v1/reflect`, `/v1/check`, `/v1/gate`, the LiteLLM guardrail
+    `/beta/litellm_basic_guardrail_api`, the gateway `/v1/chat/completions` (with `upstream`),
+    `/healthz`, `/readyz` and `/metrics`."""
+    config = config or ReflectionConfig()
+    metrics = Metrics()
+    state = _State(config, metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from reflection.gate import Gate
+        from reflection.service.gateway import Gateway
+
+        async with contextlib.AsyncExitStack() as stack:
+            # One judge (the gate's, with its in-memory reply cache) for the gate and /v1/reflect.
+            state.gate = await stack.enter_async_context(Gate(config))
+            state.reflector = Reflector(config, judge=state.gate.judge)
+            state.probe_client = await stack.enter_async_context(httpx.AsyncClient(timeout=2.0))
+            if config.upstream is not None:
+                state.gateway = await stack.enter_async_context(
+                    Gateway(config.upstream, state.gate, metrics, connections=config.service.max_in_flight))
+            yield
+
+    app = FastAPI(
+        title="reflection",
+        summary="Checks LLM agents' tool calls before they execute.",
+        version=_version(),
+        lifespan=lifespan,
+        responses=_ERRORS,
+    )
+
+    @app.exception_handler(HTTPException)
+    async def _problem(request: Request, exc: HTTPException) -> Response:
+        return _json({"detail": exc.detail}, exc.status_code, exc.headers)
+
+    @app.get("/healthz", tags=["operations"])
+    async def healthz() -> dict[str, str]:
+        """Alive: the process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["operations"], responses={503: {"description": "Not ready; `checks` says why."}})
+    async def readyz() -> Response:
+        """Ready: config loaded, and the judge and upstream (when configured) reachable."""
+        now = time.monotonic()
+        if now - state.ready_at > _READY_CACHE_SECONDS:
+            state.ready = await _readiness(state)
+            state.ready_at = now
+        ok, checks = state.ready
+        return _json({"status": "ready" if ok else "not ready", "checks": checks}, 200 if ok else 503)
+
+    @app.get("/metrics", tags=["operations"], response_class=Response,
+             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus exposition format."}})
+    async def metrics_route() -> Response:
+        """Prometheus metrics: requests by route and status, decisions by action, judge requests,
+        tokens and cost, latency histograms."""
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/reflect", tags=["reflection"], openapi_extra=_ROW_BODY, response_model=ResultRow)
+    async def reflect_route(request: Request) -> Response:
+        """Reflect a row (static checks, grounding, the judge when configured) into the row
+        `reflection check` writes for it."""
+        row = _read_row(await read_json(request))
+        assert state.reflector is not None
+        started = time.perf_counter()
+        try:
+            results = await state.reflector.reflect(row.call, row.tools, row.history)
+        except (TypeError, ValueError) as exc:
+            raise HTTPException(422, f"row {row.id}: cannot be reflected: {type(exc).__name__}: {exc}") from None
+        items = results if isinstance(results, list) else [results]
+        metrics.observe_results(items)
+        return _json(result_row(row.id, results, latency_ms=(time.perf_counter() - started) * 1000))
+
+    @app.post("/v1/check", tags=["reflection"], openapi_extra=_ROW_BODY, response_model=ResultRow)
+    async def check_route(request: Request) -> Response:
+        """The static stage only (no grounding, no judge), as a row shaped like `/v1/reflect`'s."""
+        row = _read_row(await read_json(request))
+        started = time.perf_counter()
+        try:
+            statics = check_calls(row.call, row.tools) if _is_parallel(row.call) else [check_call(row.call, row.tools)]
+        except (TypeError, ValueError) as exc:
+            raise HTTPException(422, f"row {row.id}: cannot be checked: {type(exc).__name__}: {exc}") from None
+        results = [ReflectionResult(call=s.call, static=s, warnings=s.warnings, judge_skipped=STATIC_ONLY,
+                                    overall_valid=s.valid) for s in statics]
+        metrics.observe_results(results)
+        out: ReflectionResult | list[ReflectionResult] = results if _is_parallel(row.call) else results[0]
+        return _json(result_row(row.id, out, latency_ms=(time.perf_counter() - started) * 1000))
+
+    @app.post("/v1/gate", tags=["reflection"], openapi_extra=_ROW_BODY, response_model=DecisionOut)
+    async def gate_route(request: Request) -> Response:
+        """The gate's decision for the row's call (action, call, feedback, reason, result); for
+        several calls, `{"id", "decisions": [...]}` in call order."""
+        row = _read_row(await read_json(request))
+        try:
+            decided = await state.gate.check(row.call, row.tools, row.history)
+        except (TypeError, ValueError) as exc:
+            raise HTTPException(422, f"row {row.id}: cannot be gated: {type(exc).__name__}: {exc}") from None
+        decisions = decided if isinstance(decided, list) else [decided]
+        for decision in decisions:
+            metrics.observe_decision(decision)
+        actions = ",".join(d.action for d in decisions)
+        if isinstance(decided, list):
+            return _json({"id": row.id, "decisions": [d.model_dump(mode="json") for d in decisions]},
+                         headers={"x-reflection-actions": actions})
+        return _json({"id": row.id, **decided.model_dump(mode="json")}, headers={"x-reflection-actions": actions})
+
+    @app.post(_guardrail.PATH, tags=["integrations"], response_model=_guardrail.GuardrailResponse)
+    async def litellm_guardrail(body: _guardrail.GuardrailRequest) -> Response:
+        """LiteLLM's Generic Guardrail API: every tool call in `tool_calls` is gated against `tools`
+        with `structured_messages` as the conversation. Allowed: `NONE`; otherwise `BLOCKED`
+        with the feedback as `blocked_reason`."""
+        answer = await _guardrail.apply(state.gate, body, metrics)
+        return _json(answer, headers={"x-reflection-actions": ",".join(answer["reflection"]["actions"])})
+
+    @app.post("/v1/chat/completions", tags=["gateway"],
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": {"type": "object", "description": "An OpenAI Chat Completions request."}}}}},
+              responses={200: {"description": "The upstream's completion (or event stream) with a `reflection` "
+                                              "field and X-Reflection-* headers."},
+                         404: {"model": Problem, "description": "No upstream configured."},
+                         502: {"model": Problem, "description": "The upstream could not be reached."}})
+    async def chat_completions(request: Request) -> Response:
+        """OpenAI-compatible gateway: forwards to `upstream.base_url` and gates every tool call in
+        the reply (allow, modify, reflect with bounded re-asks, deny, escalate). Requests without
+        tools pass through untouched; upstream errors come back unchanged."""
+        if state.gateway is None:
+            raise HTTPException(404, "no upstream configured: set upstream.base_url in the config to use the gateway")
+        try:
+            raw = await request.body()
+        except _BodyTooLarge:
+            raise HTTPException(413, "request body larger than the service's max_body_bytes") from None
+        return await state.gateway.handle(raw, request.headers, request.scope.get("state", {}))
+
+    routes = [route.path for route in app.routes]  # type: ignore[attr-defined]
+    service = config.service
+    return ServiceMiddleware(
+        app,
+        api_keys=[key.get_secret_value() for key in service.api_keys],
+        max_body_bytes=service.max_body_bytes,
+        max_in_flight=service.max_in_flight,
+        deadline_seconds=service.deadline_seconds,
+        metrics=metrics,
+        routes=routes,
+    )
+
+
+async def _readiness(state: _State) -> tuple[bool, dict[str, str]]:
+    """Config loaded (this process is up) and every configured endpoint answering HTTP at all."""
+    checks = {"config": "loaded"}
+    targets = {}
+    if state.config.judge is not None:
+        targets["judge"] = state.config.judge.base_url
+    else:
+        checks["judge"] = "not configured (static checks only)"
+    if state.config.upstream is not None:
+        targets["upstream"] = state.config.upstream.base_url
+    else:
+        checks["upstream"] = "not configured (no gateway)"
+    assert state.probe_client is not None
+    ok = True
+
+    async def probe(name: str, base_url: str) -> None:
+        nonlocal ok
+        try:
+            # Any HTTP answer (even 401 or 404) shows the endpoint is reachable.
+            response = await state.probe_client.get(base_url.rstrip("/") + "/models")  # type: ignore[union-attr]
+            checks[name] = f"reachable (HTTP {response.status_code})"
+        except httpx.HTTPError as exc:
+            ok = False
+            checks[name] = f"unreachable: {type(exc).__name__}"
+
+    async with anyio.create_task_group() as tg:
+        for name, url in targets.items():
+            tg.start_soon(probe, name, url)
+    return ok, checks
+
+
+def _version() -> str:
+    from reflection import __version__
+
+    return __version__
+
