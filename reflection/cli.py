@@ -9,10 +9,12 @@ from typing import Any
 import anyio
 import typer
 
+from reflection._cli_common import open_text_output, refuse_input_as_output, user_errors
 from reflection._json import dumps
 from reflection.batch import reflect_dataset
 from reflection.batch._cli import batch, report
-from reflection.config import ReflectionConfig
+from reflection.batch.inputs import check_input
+from reflection.config import ReflectionConfig, load_config
 from reflection.scoring._cli import score
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -24,28 +26,10 @@ def _root() -> None:
     """Check LLM agents' tool calls before they execute, and score them against references."""
 
 
-def load_config(config: Path | None, *, static_only: bool = False, **flags: Any) -> ReflectionConfig:
-    """Config from a YAML file, the environment (REFLECTION_*), then flags; `static_only` drops the judge."""
-    judge_flags = {k: v for k, v in flags.items() if k in ("base_url", "model") and v is not None}
-    other = {k: v for k, v in flags.items() if k not in ("base_url", "model") and v is not None}
-    overrides: dict[str, Any] = dict(other)
-    if judge_flags:
-        overrides["judge"] = judge_flags
-    cfg = ReflectionConfig.from_file(config, **overrides) if config else ReflectionConfig(**_merge_env(overrides))
-    return cfg.model_copy(update={"judge": None}) if static_only else cfg
-
-
-def _merge_env(overrides: dict[str, Any]) -> dict[str, Any]:
-    """Flags over the environment, keeping env-set judge fields a flag does not name."""
-    env = ReflectionConfig().model_dump(exclude_unset=True)
-    if "judge" in overrides and isinstance(env.get("judge"), dict):
-        overrides = {**overrides, "judge": {**env["judge"], **overrides["judge"]}}
-    return {**env, **overrides}
-
-
 @app.command()
+@user_errors
 def check(
-    input: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON Lines rows {id, tools, history, call | tool_calls}."),
+    input: Path = typer.Argument(..., help="Rows {id, tools, history, call | tool_calls}: .jsonl, .json (array), .csv or .parquet, as for batch."),
     output: Path | None = typer.Option(None, "-o", "--output", help="Write result rows here (default: stdout)."),
     static_only: bool = typer.Option(False, "--static-only", help="Run only the static checks and grounding."),
     config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help="YAML config (see config.example.yaml)."),
@@ -56,10 +40,12 @@ def check(
 ) -> None:
     """Reflect every row of INPUT and write one JSON result row per input row."""
     cfg = load_config(config, static_only=static_only, base_url=base_url, model=model, mode=mode)
+    check_input(input)
+    refuse_input_as_output(output, input)
     if cfg.judge is None:
         reason = "--static-only" if static_only else "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
         typer.echo(f"judge skipped: {reason}; running static checks and grounding only", err=True)
-    out = output.open("w", encoding="utf-8") if output else sys.stdout
+    out = open_text_output(output) if output else sys.stdout
     try:
         counts = anyio.run(_check_file, input, out, cfg, concurrency)
     finally:
@@ -71,7 +57,7 @@ def check(
 
 async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: int) -> dict[str, int]:
     counts = {"rows": 0, "valid": 0, "invalid": 0, "unknown": 0, "error": 0}
-    async for row in reflect_dataset(path, config=cfg, concurrency=concurrency, format="jsonl"):
+    async for row in reflect_dataset(path, config=cfg, concurrency=concurrency):
         counts["rows"] += 1
         key = "error" if "error" in row else {True: "valid", False: "invalid", None: "unknown"}[row["overall_valid"]]
         counts[key] += 1

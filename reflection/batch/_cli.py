@@ -6,21 +6,19 @@ reflection.batch._cli` runs them on their own.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import anyio
 import typer
 from rich.console import Console
 
-from reflection.batch._output import OutputCorrupt
+from reflection._cli_common import plain, user_errors
 from reflection.batch.progress import make_progress
 from reflection.batch.report import read_report, render_report
 from reflection.batch.runner import BatchStats, default_cache_path, run_batch
+from reflection.config import load_config
 
 __all__ = ["batch", "report"]
-
-_USER_ERRORS = (ValueError, FileNotFoundError, OutputCorrupt, sqlite3.DatabaseError, ImportError, OSError)
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -31,11 +29,7 @@ def _console(*, stderr: bool = False) -> Console:
     return console if console.is_terminal else Console(width=120, **options)
 
 
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(2)
-
-
+@user_errors
 def batch(
     input: Path = typer.Argument(..., help="Dataset: .jsonl, .json (array), .csv (JSON columns) or .parquet."),
     output: Path = typer.Option(..., "-o", "--output", help="Result rows (JSON Lines); rerun to resume."),
@@ -52,12 +46,7 @@ def batch(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr."),
 ) -> None:
     """Reflect every row of INPUT into OUTPUT, one result row per input row (any order), then print the report."""
-    from reflection.cli import load_config  # the shared flag/env/file merge; imported late (cli imports us)
-
-    try:
-        cfg = load_config(config, static_only=static_only, base_url=base_url, model=model, mode=mode)
-    except ValueError as exc:
-        raise _fail(f"invalid configuration: {exc}") from None
+    cfg = load_config(config, static_only=static_only, base_url=base_url, model=model, mode=mode)
     err = _console(stderr=True)
     if cfg.judge is None:
         reason = "--static-only" if static_only else "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
@@ -69,11 +58,10 @@ def batch(
             cache_path=cache_file, progress=make_progress(err, enabled=progress),
         ))
     except KeyboardInterrupt:
-        err.print(f"interrupted: the rows written so far are in {output}; rerun the same command to resume", markup=False)
+        err.print(f"interrupted: the rows written so far are in {plain(output)}; rerun the same command to resume",
+                  markup=False)
         raise typer.Exit(130) from None
-    except _USER_ERRORS as exc:
-        raise _fail(str(exc)) from None
-    notes = [f"wrote {stats.written:,} rows to {output} in {stats.seconds:,.1f} s"]
+    notes = [f"wrote {stats.written:,} rows to {plain(output)} in {stats.seconds:,.1f} s"]
     if stats.skipped:
         notes.append(f"{stats.skipped:,} already there (skipped)")
     if stats.duplicates:
@@ -82,22 +70,20 @@ def batch(
         notes.append(f"cut a partial last line ({stats.truncated_bytes:,} bytes) left by an interrupted run")
     if cfg.judge is not None:
         notes.append(f"{stats.judge_requests:,} judge requests"
-                     + (f", {stats.cache_hits:,} cache hits ({cache_file})" if cache_file else ", cache off"))
+                     + (f", {stats.cache_hits:,} cache hits ({plain(cache_file)})" if cache_file else ", cache off"))
     err.print("; ".join(notes), markup=False)
     _print_report(output, json_report)
 
 
+@user_errors
 def report(
     output: Path = typer.Argument(..., help="A batch output file (JSON Lines)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Summarise a batch output file: verdict counts, mean of each flat key, top failing checks, judge cost, latency."""
     if not output.is_file():
-        raise _fail(f"output file not found: {output}")
-    try:
-        _print_report(output, json_out)
-    except OutputCorrupt as exc:
-        raise _fail(str(exc)) from None
+        raise FileNotFoundError(2, "output file not found", str(output))
+    _print_report(output, json_out)
 
 
 def _print_report(output: Path, as_json: bool) -> None:

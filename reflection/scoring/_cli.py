@@ -10,7 +10,6 @@ Lines when piped.
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import sys
 from pathlib import Path
 from typing import IO, Any
@@ -21,9 +20,10 @@ from rich.console import Console
 from rich.table import Table
 
 from reflection._cache import SQLiteJudgeCache
+from reflection._cli_common import open_text_output, refuse_input_as_output, user_errors
 from reflection._json import dumps
 from reflection.batch.runner import _batch_judge
-from reflection.config import ReflectionConfig
+from reflection.config import ReflectionConfig, load_config
 from reflection.scoring.files import ScoreSummary, ascore_files
 
 __all__ = ["score"]
@@ -31,6 +31,7 @@ __all__ = ["score"]
 _NO_JUDGE = "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
 
 
+@user_errors
 def score(
     predictions: Path = typer.Argument(
         ..., exists=True, dir_okay=False, readable=True,
@@ -56,23 +57,15 @@ def score(
     With a judge configured, rows also get the LLM-judged metrics (response_correctness,
     tool_selection_judged); without one those are null.
     """
-    # The flag/env/file merge shared with check and batch; imported late (reflection.cli imports us).
-    from reflection.cli import load_config
-
-    try:
-        cfg = load_config(config, base_url=base_url, model=model)
-    except ValueError as exc:
-        typer.echo(f"error: invalid configuration: {exc}", err=True)
-        raise typer.Exit(2) from None
+    cfg = load_config(config, base_url=base_url, model=model)
+    refuse_input_as_output(output, predictions, references)
     # No separate "judge skipped" line: the summary says it, and with rows on stdout a JSON
     # summary is all of stderr, which must stay one parseable object.
     summary = ScoreSummary(judge=cfg.judge is not None)
-    out = output.open("w", encoding="utf-8") if output else sys.stdout
+    out = open_text_output(output) if output else sys.stdout
     try:
+        # An unusable --cache-path (sqlite3.DatabaseError) is found before any row is written.
         anyio.run(_write_rows, predictions, references, out, summary, cfg, concurrency, cache_path)
-    except sqlite3.DatabaseError as exc:  # an unusable --cache-path; it is opened before any row is written
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
     finally:
         if output:
             out.close()
