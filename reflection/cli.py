@@ -42,10 +42,10 @@ def check(
     cfg = load_config(config, static_only=static_only, base_url=base_url, model=model, mode=mode)
     check_input(input)
     refuse_input_as_output(output, input)
+    out = open_text_output(output) if output else sys.stdout
     if cfg.judge is None:
         reason = "--static-only" if static_only else "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
         typer.echo(f"judge skipped: {reason}; running static checks and grounding only", err=True)
-    out = open_text_output(output) if output else sys.stdout
     try:
         counts = anyio.run(_check_file, input, out, cfg, concurrency)
     finally:
@@ -68,3 +68,6 @@ async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: 
 app.command("score", help="Score predicted tool calls against references (JSON Lines joined by id).")(score)
 app.command("batch", help="Reflect a dataset with resume, judge cache, progress and a report.")(batch)
 app.command("report", help="Summarise a batch output file (text table or --json).")(report)
+
+if __name__ == "__main__":  # pragma: no cover - `python -m reflection.cli`, as the `reflection` script
+    app()

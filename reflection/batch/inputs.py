@@ -281,7 +281,7 @@ def _read_json_array(path: Path) -> Iterator[SourceRow]:
             text, pos = buffer[pos:end], end
             expect_comma = True
             problem = _bad_text(text, f"element {number} of {path.name}") if _SUSPECT.search(text) else None
-            yield SourceRow(number, error=problem) if problem else SourceRow(number, value)
+            yield SourceRow(number, value, error=problem)  # the value still names the error row by its id
 
 
 _SUSPECT = re.compile(r"[\udc80-\udcff]|\\u[dD][89a-fA-F]")
@@ -317,7 +317,9 @@ def _decode_columns(record: dict[str, Any], position: int, *, strings_only: bool
             try:
                 value = parse_json(value)
             except ValueError as exc:
-                return SourceRow(position, error=f"record {position}: column {key!r} is not valid JSON: {exc}")
+                rid = record.get("id")
+                named = {"id": rid} if rid not in (None, "") else None  # the error row keeps the record's id
+                return SourceRow(position, named, error=f"record {position}: column {key!r} is not valid JSON: {exc}")
         elif key in JSON_COLUMNS and value is None:
             continue
         elif not strings_only and key == "id" and value is None:
