@@ -135,6 +135,16 @@ def test_the_parser_finds_blocks_markers_and_sections():
     assert (second.lang, second.marker, second.section, second.line) == ("bash", None, "B", 7)
 
 
+def test_the_entry_points_name_their_arguments_as_the_readme_does():
+    import inspect
+
+    from reflection import Reflector, reflect, reflect_sync
+    from reflection.static import check_call
+
+    for function in (reflect, reflect_sync, Reflector.reflect, check_call):
+        assert "tools" in inspect.signature(function).parameters, function
+
+
 # --- fixtures -----------------------------------------------------------------------------------
 
 
