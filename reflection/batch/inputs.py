@@ -132,8 +132,8 @@ def count_rows(path: str | Path, fmt: str | None = None) -> int | None:
 
 class _LineTooLong(Exception):
     def __init__(self, number: int, size: int, limit: int):
-        super().__init__(f"line {number} is longer than the {limit:,}-byte limit (max_line_bytes) "
-                         f"at {size:,}+ bytes; it was skipped")
+        super().__init__(f"line {number} is longer than the {limit:,}-byte limit (max_line_bytes): "
+                         f"{size:,} bytes; it was skipped")
 
 
 def _bounded_lines(f: IO[bytes], limit: int) -> Iterator[tuple[int, bytes | _LineTooLong]]:
@@ -147,7 +147,7 @@ def _bounded_lines(f: IO[bytes], limit: int) -> Iterator[tuple[int, bytes | _Lin
             size = len(line)
             while not line.endswith(b"\n") and (line := readline(_CHUNK)):
                 size += len(line)
-            yield number, _LineTooLong(number, size, limit)
+            yield number, _LineTooLong(number, size - line.endswith(b"\n"), limit)
         else:
             yield number, line
 
