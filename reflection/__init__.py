@@ -18,8 +18,9 @@ from reflection.model import (
     ToolSpec,
 )
 
-from reflection.judge import Judge, JudgeConfig, JudgeError, Price
+from reflection.judge import Judge, JudgeConfig, JudgeError, JudgeFatalError, Price
 from reflection.pipeline import Reflector, reflect, reflect_sync
+from reflection.gate import Decision, Gate, GatePolicy, ToolRule
 from reflection.scoring import (
     ScoreWeights,
     ToolCallingEvaluator,
@@ -27,6 +28,7 @@ from reflection.scoring import (
     binary_tool_call,
     evaluate_tool_calls,
     exact_match,
+    meteor,
     response_correctness,
     rouge_l,
     staged_tool_call,
@@ -41,10 +43,14 @@ __all__ = [
     "SEMANTIC_CHECKS",
     "STATIC_CHECKS",
     "CheckResult",
+    "Decision",
     "Finding",
+    "Gate",
+    "GatePolicy",
     "Judge",
     "JudgeConfig",
     "JudgeError",
+    "JudgeFatalError",
     "Price",
     "ReflectionConfig",
     "Reflector",
@@ -57,6 +63,7 @@ __all__ = [
     "ToolCall",
     "ToolCallingEvaluator",
     "ToolInventory",
+    "ToolRule",
     "ToolSpec",
     "atrajectory_correctness",
     "binary_tool_call",
@@ -64,6 +71,7 @@ __all__ = [
     "check_calls",
     "evaluate_tool_calls",
     "exact_match",
+    "meteor",
     "normalize_call",
     "normalize_calls",
     "normalize_history",

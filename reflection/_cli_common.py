@@ -19,6 +19,7 @@ import typer
 
 from reflection._terminal import plain
 from reflection.batch._output import OutputCorrupt, OutputLocked
+from reflection.judge import JudgeFatalError
 
 __all__ = ["USER_ERRORS", "fail", "open_text_output", "plain", "refuse_input_as_output", "user_errors"]
 
@@ -29,6 +30,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     OutputCorrupt,
     sqlite3.DatabaseError,  # an unusable judge cache file
     ImportError,  # an optional extra that is not installed; the message names it
+    JudgeFatalError,  # a judge endpoint that cannot answer at all (401/403/404, refused) stops the run
 )
 """Exceptions a command reports as `error: <message>` and exit status 2."""
 

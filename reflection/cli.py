@@ -11,6 +11,7 @@ import typer
 
 from reflection._cli_common import open_text_output, refuse_input_as_output, user_errors
 from reflection._json import dumps
+from reflection._log import warnings_to_stderr
 from reflection.batch import reflect_dataset
 from reflection.batch._cli import batch, report
 from reflection.batch.inputs import check_input
@@ -39,6 +40,7 @@ def check(
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Rows reflected at once."),
 ) -> None:
     """Reflect every row of INPUT and write one JSON result row per input row."""
+    warnings_to_stderr()
     cfg = load_config(config, static_only=static_only, base_url=base_url, model=model, mode=mode)
     check_input(input)
     refuse_input_as_output(output, input)
@@ -46,7 +48,7 @@ def check(
     if cfg.judge is None:
         reason = "--static-only" if static_only else "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
         typer.echo(f"judge skipped: {reason}; running static checks and grounding only", err=True)
-    try:
+    try:  # a judge that cannot answer at all (JudgeFatalError) stops the run: a user error
         counts = anyio.run(_check_file, input, out, cfg, concurrency)
     finally:
         if output:

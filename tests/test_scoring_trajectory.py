@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reflection.scoring import (
+    atrajectory_correctness,
     normalize_tool_name,
     trajectory_correctness,
     trajectory_from_messages,
@@ -41,6 +42,49 @@ def test_dynamic_suffixes_are_stripped_and_ordinary_words_kept(name, normalized)
 
 def test_dynamic_suffixes_do_not_cost_a_match():
     result = trajectory_correctness([call("delegate_to_sql_query_agent_xg7c")], [call("delegate_to_sql_query_agent")])
+    assert result.score == 1.0
+
+
+def test_a_kept_name_is_never_stripped():
+    assert normalize_tool_name("resize_img2") == "resize"  # the base rule alone
+    assert normalize_tool_name("resize_img2", keep={"resize_img2"}) == "resize_img2"
+
+
+def test_an_expected_name_is_not_stripped_so_a_sibling_tool_does_not_match_it():
+    assert trajectory_correctness([call("resize_img3")], [call("resize_img2")]).score == 0.0
+    assert trajectory_correctness([call("resize_img2")], [call("resize_img2")]).score == 1.0
+
+
+def test_two_expected_names_with_suffix_like_endings_stay_apart():
+    expected = [call("resize_img2"), call("resize_img3")]
+    assert trajectory_correctness([call("resize_img2"), call("resize_img2")], expected).score == 0.5
+    assert trajectory_correctness([call("resize_img3"), call("resize_img2")], expected).score == 1.0
+
+
+def test_a_declared_tool_is_not_stripped():
+    tools = [{"name": "vex_api.upload_vex1", "parameters": {"type": "object", "properties": {}}},
+             {"name": "vex_api.upload", "parameters": {"type": "object", "properties": {}}}]
+    called = [call("vex_api.upload_vex1")]
+    assert trajectory_correctness(called, [call("vex_api.upload")]).score == 1.0  # no inventory: the base rule
+    assert trajectory_correctness(called, [call("vex_api.upload")], tools=tools).score == 0.0
+
+
+async def test_available_tools_count_as_declared():
+    from reflection.judge import Judge
+    from reflection.testing import FakeJudge
+
+    tools = [{"name": "resize_img2", "parameters": {"type": "object", "properties": {}}}]
+    with FakeJudge() as fake:
+        async with Judge(fake.config) as judge:
+            result = await atrajectory_correctness([call("resize_img2")], [call("resize")], judge=judge,
+                                                   available_tools=tools, query="resize it")
+    assert (result.match_score, result.selection_score) == (0.0, 1.0)
+
+
+def test_an_undeclared_dynamic_suffix_is_still_stripped_with_tools():
+    tools = [{"name": "delegate_to_sql_query_agent", "parameters": {"type": "object", "properties": {}}}]
+    result = trajectory_correctness([call("delegate_to_sql_query_agent_xg7c")],
+                                    [call("delegate_to_sql_query_agent")], tools=tools)
     assert result.score == 1.0
 
 

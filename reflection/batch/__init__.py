@@ -4,23 +4,28 @@
         ...
 
 `run_batch` (what `reflection batch` runs) adds the resumable output file, the SQLite
-judge cache and progress; `read_report` summarises an output file. The Ray Data path is
+judge cache and progress; `read_report` summarises an output file, and `batch_report_html`
+makes the self-contained HTML page of it. The Ray Data path is
 in `reflection.batch.ray` (needs the `ray` extra).
 """
 
 from reflection._cache import SQLiteJudgeCache
 from reflection.batch._output import OutputCorrupt
+from reflection.batch.html import BatchHtmlReport, ScoreHtmlReport, batch_report_html
 from reflection.batch.inputs import SourceRow, read_source
 from reflection.batch.report import BatchReport, build_report, read_report, render_report
 from reflection.batch.runner import DEFAULT_CACHE_NAME, BatchStats, default_cache_path, reflect_dataset, run_batch
 
 __all__ = [
     "DEFAULT_CACHE_NAME",
+    "BatchHtmlReport",
     "BatchReport",
     "BatchStats",
     "OutputCorrupt",
     "SQLiteJudgeCache",
+    "ScoreHtmlReport",
     "SourceRow",
+    "batch_report_html",
     "build_report",
     "default_cache_path",
     "read_report",

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from reflection._cli_common import plain, user_errors
+from reflection._log import warnings_to_stderr
 from reflection.batch.progress import make_progress
 from reflection.batch.report import read_report, render_report
 from reflection.batch.runner import BatchStats, default_cache_path, run_batch
@@ -42,10 +43,13 @@ def batch(
     cache_path: Path | None = typer.Option(None, "--cache-path", dir_okay=False,
                                            help="Judge cache (SQLite). Default: .reflection-cache.sqlite next to OUTPUT."),
     static_only: bool = typer.Option(False, "--static-only", help="Run only the static checks and grounding."),
+    retry_unknown: bool = typer.Option(True, "--retry-unknown/--no-retry-unknown",
+                                       help="Reflect again the rows of OUTPUT whose judge failed, replacing them."),
     json_report: bool = typer.Option(False, "--json-report", help="Print the final report as JSON."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr."),
 ) -> None:
     """Reflect every row of INPUT into OUTPUT, one result row per input row (any order), then print the report."""
+    warnings_to_stderr()
     cfg = load_config(config, static_only=static_only, base_url=base_url, model=model, mode=mode)
     err = _console(stderr=True)
     if cfg.judge is None:
@@ -55,7 +59,7 @@ def batch(
     try:
         stats: BatchStats = anyio.run(lambda: run_batch(
             input, output, config=cfg, concurrency=concurrency, cache=cache_file is not None,
-            cache_path=cache_file, progress=make_progress(err, enabled=progress),
+            cache_path=cache_file, progress=make_progress(err, enabled=progress), retry_unknown=retry_unknown,
         ))
     except KeyboardInterrupt:
         err.print(f"interrupted: the rows written so far are in {plain(output)}; rerun the same command to resume",
@@ -64,6 +68,8 @@ def batch(
     notes = [f"wrote {stats.written:,} rows to {plain(output)} in {stats.seconds:,.1f} s"]
     if stats.skipped:
         notes.append(f"{stats.skipped:,} already there (skipped)")
+    if stats.retried:
+        notes.append(f"{stats.retried:,} whose judge had failed asked again (replaced)")
     if stats.duplicates:
         notes.append(f"{stats.duplicates:,} duplicate ids (error rows)")
     if stats.truncated_bytes:
@@ -79,11 +85,21 @@ def batch(
 def report(
     output: Path = typer.Argument(..., help="A batch output file (JSON Lines)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    html_out: Path | None = typer.Option(None, "--html", dir_okay=False,
+                                         help="Also write a self-contained HTML report (charts, failing rows) here."),
 ) -> None:
     """Summarise a batch output file: verdict counts, mean of each flat key, top failing checks, judge cost, latency."""
     if not output.is_file():
         raise FileNotFoundError(2, "output file not found", str(output))
+    if html_out is not None and not html_out.parent.is_dir():
+        raise ValueError(f"cannot write the HTML report: no folder {str(html_out.parent)!r}")
     _print_report(output, json_out)
+    if html_out is not None:  # an OSError writing it is a user error like any other
+        from reflection.batch._output import iter_output_rows
+        from reflection.batch.html import batch_report_html, write_html
+
+        write_html(html_out, batch_report_html(iter_output_rows(output), source=output))
+        typer.echo(f"wrote the HTML report to {plain(html_out)}", err=True)
 
 
 def _print_report(output: Path, as_json: bool) -> None:

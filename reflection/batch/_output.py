@@ -8,12 +8,19 @@ that is not a result row was not written by us and is refused, never changed. Th
 fsynced every `fsync_rows` rows or `fsync_seconds` seconds, and on close, which bounds what a
 power loss can take. While open, the file holds an exclusive `flock`, so a second run on the
 same output stops at once instead of writing every id again.
+
+Rows whose judge failed (`judge_failed`) can be asked again: `drop()` removes them before the
+run appends their new rows, by writing the rest to a temporary file beside the output and
+renaming it over the output (atomic: a crash leaves either the old file or the new one, and
+never an id twice). That is the only time a written row changes; the lock moves to the new
+file before the rename, so no other run can slip in between.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +31,7 @@ try:
 except ImportError:  # pragma: no cover - not POSIX: runs go unlocked
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["OutputCorrupt", "OutputFile", "OutputLocked", "iter_output_rows"]
+__all__ = ["OutputCorrupt", "OutputFile", "OutputLocked", "iter_output_rows", "judge_failed"]
 
 
 class OutputCorrupt(ValueError):
@@ -51,15 +58,28 @@ def _lock_holder(fd: int) -> int | None:
     return None
 
 
-def _row_id(line: bytes) -> str | None:
-    """The id of a written row, or None when the line is not a JSON object with an id."""
+def _lock(fd: int, path: Path) -> None:
+    """Take the exclusive lock on an open output file, or raise OutputLocked naming the holder."""
+    if fcntl is None:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _lock_holder(fd)
+        who = f"process {holder}" if holder is not None else "another process"
+        raise OutputLocked(f"{path} is being written by {who}; wait for that run to finish "
+                           "or choose another output file") from None
+
+
+def _row(line: bytes) -> dict[str, Any] | None:
+    """A written row, or None when the line is not a JSON object with an id."""
     try:
         row = parse_json(line)
     except ValueError:
         return None
     if not isinstance(row, dict) or not isinstance(row.get("id"), str):
         return None
-    return row["id"]
+    return row
 
 
 def _partial_row(line: bytes) -> bool:
@@ -72,17 +92,32 @@ def _partial_row(line: bytes) -> bool:
         parse_json(text)
     except ValueError:
         return True  # cut short
-    return _row_id(text) is not None  # a whole row that lost only its newline
+    return _row(text) is not None  # a whole row that lost only its newline
+
+
+def judge_failed(row: dict[str, Any]) -> bool:
+    """Whether a result row lacks its verdict only because the judge failed: `overall_valid`
+    is null and a judge check ended in `error` (after its retries). Error rows (bad input) and
+    uncertain verdicts are not judge failures: asking again would not change them."""
+    if "error" in row or row.get("overall_valid") is not None:
+        return False
+    return any(isinstance(check, dict) and check.get("status") == "error"
+               for result in row.get("results") or () if isinstance(result, dict)
+               for check in (result.get("semantic") or {}).values())
 
 
 class OutputFile:
     """An output JSON Lines file opened for appending, with the ids it already holds."""
 
-    def __init__(self, path: str | Path, *, fsync_rows: int = 1000, fsync_seconds: float = 2.0):
+    def __init__(self, path: str | Path, *, fsync_rows: int = 1000, fsync_seconds: float = 2.0,
+                 retry: Callable[[dict[str, Any]], bool] | None = None):
         self.path = Path(path)
         self.fsync_rows = fsync_rows
         self.fsync_seconds = fsync_seconds
+        self.retry = retry
         self.existing_ids: set[str] = set()
+        self.retry_ids: set[str] = set()
+        """Ids of written rows for which `retry(row)` is true (see `drop`)."""
         self.truncated_bytes = 0
         """Bytes of a partial last line removed on open (a previous run was killed mid-write)."""
         self.written = 0
@@ -104,7 +139,7 @@ class OutputFile:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            self._lock(fd)
+            _lock(fd, self.path)
             keep = self._scan()
             size = os.fstat(fd).st_size
             if keep < size:
@@ -117,25 +152,14 @@ class OutputFile:
         self._fd = fd
         return self.existing_ids
 
-    def _lock(self, fd: int) -> None:
-        if fcntl is None:
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _lock_holder(fd)
-            who = f"process {holder}" if holder is not None else "another process"
-            raise OutputLocked(f"{self.path} is being written by {who}; wait for that run to finish "
-                               "or choose another output file") from None
-
     def _scan(self) -> int:
         """Collect ids; return the byte length to keep (all but a partial last line)."""
         offset = 0
         with self.path.open("rb") as f:
             for number, line in enumerate(f, start=1):
                 if line.strip():
-                    rid = _row_id(line) if line.endswith(b"\n") else None
-                    if rid is None:
+                    row = _row(line) if line.endswith(b"\n") else None
+                    if row is None:
                         if not line.endswith(b"\n") and _partial_row(line):
                             return offset  # the last line, cut short by a killed run
                         raise OutputCorrupt(
@@ -143,9 +167,54 @@ class OutputFile:
                             "by `reflection batch` alone, so it is left unchanged. Choose another output "
                             "file, or fix or remove that line."
                         )
-                    self.existing_ids.add(rid)
+                    self.existing_ids.add(row["id"])
+                    if self.retry is not None and self.retry(row):
+                        self.retry_ids.add(row["id"])
                 offset += len(line)
         return offset
+
+    def drop(self, ids: Collection[str]) -> int:
+        """Remove the rows with these ids (among `retry_ids`) so they can be written again;
+        returns how many were removed. Atomic: the rest goes to a temporary file beside the
+        output (a symlink's target), which then replaces it."""
+        ids = {rid for rid in ids if rid in self.retry_ids}
+        if not ids:
+            return 0
+        if self._fd is None:
+            raise RuntimeError("OutputFile.drop before open()")
+        self.sync()
+        target = self.path.resolve()
+        temp = target.with_name(f".{target.name}.rewrite")
+        removed = 0
+        # The old file stays open and locked until the new one, locked too, has replaced it.
+        new_fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        try:
+            _lock(new_fd, temp)
+            with target.open("rb") as src, os.fdopen(os.dup(new_fd), "wb") as dst:
+                for line in src:
+                    row = _row(line) if line.strip() else None
+                    if row is not None and row["id"] in ids and self.retry is not None and self.retry(row):
+                        removed += 1
+                        continue
+                    dst.write(line)
+                dst.flush()
+                os.fsync(dst.fileno())
+            os.chmod(temp, os.stat(target).st_mode & 0o7777)
+            os.replace(temp, target)
+        except BaseException:
+            os.close(new_fd)
+            temp.unlink(missing_ok=True)
+            raise
+        os.close(self._fd)
+        self._fd = new_fd
+        directory = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)  # the rename itself survives a power loss
+        finally:
+            os.close(directory)
+        self.existing_ids -= ids
+        self.retry_ids -= ids
+        return removed
 
     def write(self, row: dict[str, Any]) -> None:
         """Append one row as one line."""

@@ -2,7 +2,7 @@
 
 Call level (`tool_call_equivalence`, `binary_tool_call`, `staged_tool_call`), dataset level
 (`ToolCallingEvaluator`), trajectories (`trajectory_correctness`) and final answers
-(`exact_match`, `rouge_l`, `response_correctness`), and whole files (`score_files`, or
+(`exact_match`, `rouge_l`, `meteor`, `response_correctness`), and whole files (`score_files`, or
 `ascore_files` with a judge). Inputs are read by `reflection.formats`, and the LLM-judged
 scores go through `reflection.judge`.
 """
@@ -29,7 +29,7 @@ from reflection.scoring.files import (
     ascore_files,
     score_files,
 )
-from reflection.scoring.response import exact_match, response_correctness, rouge_l
+from reflection.scoring.response import exact_match, find_wordnet, meteor, response_correctness, rouge_l
 from reflection.scoring.trajectory import (
     CallMatch,
     TrajectoryCall,
@@ -60,7 +60,9 @@ __all__ = [
     "binary_tool_call",
     "evaluate_tool_calls",
     "exact_match",
+    "find_wordnet",
     "interpret_score",
+    "meteor",
     "normalize_tool_name",
     "read_trajectory",
     "response_correctness",

@@ -4,7 +4,7 @@ Holds no scoring logic: it reads options, builds the judge from the same configu
 `reflection check` (`--config`, `REFLECTION_JUDGE__*`, `--base-url/--model`), streams
 `reflection.scoring.files.ascore_files` and prints. Rows go to `--output` (or stdout); the
 summary goes to stdout when rows went to a file, else to stderr, so stdout stays pure JSON
-Lines when piped.
+Lines when piped. `--html` also writes the self-contained HTML report.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from rich.table import Table
 from reflection._cache import SQLiteJudgeCache
 from reflection._cli_common import open_text_output, refuse_input_as_output, user_errors
 from reflection._json import dumps
+from reflection.batch.html import ScoreHtmlReport, write_html
 from reflection.batch.runner import _batch_judge
+from reflection._log import warnings_to_stderr
 from reflection.config import ReflectionConfig, load_config
 from reflection.scoring.files import ScoreSummary, ascore_files
 
@@ -51,21 +53,29 @@ def score(
                                            help="Judge requests at once (default: the judge's max_concurrency)."),
     cache_path: Path | None = typer.Option(None, "--cache-path", dir_okay=False,
                                            help="Cache judge replies in this SQLite file (default: no cache)."),
+    html_out: Path | None = typer.Option(None, "--html", dir_okay=False,
+                                         help="Also write a self-contained HTML report (charts, failing rows) here."),
 ) -> None:
     """Score PREDICTIONS against --references (joined by id): per-sample JSON Lines and a summary.
 
     With a judge configured, rows also get the LLM-judged metrics (response_correctness,
     tool_selection_judged); without one those are null.
     """
+    warnings_to_stderr()
     cfg = load_config(config, base_url=base_url, model=model)
     refuse_input_as_output(output, predictions, references)
     # No separate "judge skipped" line: the summary says it, and with rows on stdout a JSON
     # summary is all of stderr, which must stay one parseable object.
-    summary = ScoreSummary(judge=cfg.judge is not None)
+    # A wordnet path (config or REFLECTION_WORDNET) with no WordNet in it is a ValueError.
+    summary = ScoreSummary(judge=cfg.judge is not None, wordnet=cfg.wordnet)
+    if html_out is not None and not html_out.parent.is_dir():  # found out now, not after scoring every row
+        raise ValueError(f"cannot write the HTML report: no folder {str(html_out.parent)!r}")
+    page = ScoreHtmlReport(predictions) if html_out is not None else None
     out = open_text_output(output) if output else sys.stdout
     try:
-        # An unusable --cache-path (sqlite3.DatabaseError) is found before any row is written.
-        anyio.run(_write_rows, predictions, references, out, summary, cfg, concurrency, cache_path)
+        # A judge endpoint that cannot answer (JudgeFatalError) stops at the first such error;
+        # an unreadable WordNet database is a ValueError; both are user errors.
+        anyio.run(_write_rows, predictions, references, out, summary, cfg, concurrency, cache_path, page)
     finally:
         if output:
             out.close()
@@ -73,6 +83,12 @@ def score(
             out.flush()
     stream = sys.stdout if output else sys.stderr
     data = summary.to_dict()
+    if page is not None and html_out is not None:
+        try:
+            write_html(html_out, page.render(data))
+        except OSError as exc:
+            typer.echo(f"error: cannot write the HTML report: {exc}", err=True)
+            raise typer.Exit(2) from None
     if json_summary:
         stream.write(dumps(data) + "\n")
     else:
@@ -80,7 +96,8 @@ def score(
 
 
 async def _write_rows(predictions: Path, references: Path, out: IO[str], summary: ScoreSummary,
-                      cfg: ReflectionConfig, concurrency: int | None, cache_path: Path | None) -> None:
+                      cfg: ReflectionConfig, concurrency: int | None, cache_path: Path | None,
+                      page: ScoreHtmlReport | None) -> None:
     async with contextlib.AsyncExitStack() as stack:
         judge = None
         if cfg.judge is not None:
@@ -90,8 +107,10 @@ async def _write_rows(predictions: Path, references: Path, out: IO[str], summary
             assert judge is not None
             await stack.enter_async_context(judge)
         async for row in ascore_files(predictions, references, judge=judge, concurrency=concurrency,
-                                      prompts_dir=cfg.prompts_dir):
+                                      prompts_dir=cfg.prompts_dir, wordnet=cfg.wordnet):
             summary.add(row)
+            if page is not None:
+                page.add(row)
             out.write(dumps(row) + "\n")
 
 
@@ -114,6 +133,8 @@ def _table(data: dict[str, Any]) -> Table:
     table.add_row("error rows", str(data["error_rows"]), "")
     table.add_row("no call when one was expected", str(data["no_call"]), "")
     table.add_row("call to a tool not in the inventory", str(data["unknown_tool"]), "")
+    if data["meteor_synonyms"] is not None:
+        table.add_row("METEOR synonyms (WordNet)", "on" if data["meteor_synonyms"] else "off", "")
     notes = []
     judge = data["judge"]
     if judge["configured"]:
@@ -124,7 +145,10 @@ def _table(data: dict[str, Any]) -> Table:
     else:
         notes.append(f"judged metrics skipped: {_NO_JUDGE}")
     if data["metrics"]["response_exact_match"]["n"] and not data["metrics"]["response_rouge_l"]["n"]:
-        notes.append("response_rouge_l needs the metrics extra: pip install 'reflection[metrics]'")
+        notes.append("response_rouge_l and response_meteor need the metrics extra: pip install 'reflection[metrics]'")
+    if data["meteor_synonyms"] is False:
+        notes.append("response_meteor: WordNet synonyms off, exact and stem matches only (install Debian's "
+                     "wordnet-base, or set REFLECTION_WORDNET to a WordNet database directory)")
     if notes:
         table.caption = "\n".join(notes)
     return table

@@ -3,7 +3,9 @@
 Both sides accept any shape `reflection.formats.normalize_calls` reads (OpenAI, Anthropic,
 plain `{name, arguments}`; arguments as a JSON string or an object), a JSON string of one,
 or a `ToolCall`. Key order never matters. A prediction that is not exactly one readable call
-scores 0; a reference that is not one readable call is a dataset bug and raises ValueError.
+scores 0 on `tool_call_equivalence` and `binary_tool_call`; `staged_tool_call` gives it 0.25
+when it is valid JSON (0 for no call). A reference that is not one readable call is a dataset
+bug and raises ValueError.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from reflection.formats import normalize_calls, normalize_tools
 from reflection.model import ToolCall
 from reflection.scoring._values import json_equal, json_identical, with_defaults
 
-__all__ = ["binary_tool_call", "staged_tool_call", "tool_call_equivalence"]
+__all__ = ["binary_tool_call", "predicted_calls", "staged_tool_call", "tool_call_equivalence"]
 
 
 def tool_call_equivalence(prediction: Any, reference: Any, tools: Any = None) -> float:
@@ -53,8 +55,9 @@ def binary_tool_call(prediction: Any, reference: Any) -> float:
 def staged_tool_call(prediction: Any, reference: Any) -> float:
     """Partial credit by stage, each stage requiring the one before:
 
-    0.0 no prediction (None or []) or one that is not valid JSON (its arguments string included);
-    0.25 valid JSON; 0.5 the right function; 0.75 the right set of parameter keys;
+    0.0 no call (see `predicted_calls`) or a prediction that is not valid JSON (its arguments
+    string included); 0.25 valid JSON, including several calls or anything that is not one
+    readable call; 0.5 the right function; 0.75 the right set of parameter keys;
     1.0 an exact match (the `binary_tool_call` rule).
     """
     expected = reference_call(reference)
@@ -65,7 +68,7 @@ def staged_tool_call(prediction: Any, reference: Any) -> float:
             return 0.0
     if not isinstance(prediction, ToolCall) and has_non_finite(prediction):
         return 0.0
-    calls = read_calls(prediction)
+    calls = predicted_calls(prediction)
     if not calls:
         return 0.0
     if len(calls) != 1:
@@ -92,11 +95,21 @@ def read_calls(raw: Any) -> list[ToolCall]:
     return normalize_calls(raw)
 
 
+def predicted_calls(raw: Any) -> list[ToolCall]:
+    """The calls in a prediction, as `read_calls` reads them; no calls for None, [], "" and an
+    assistant message that answered in text (no `tool_calls`, no `tool_use` block)."""
+    if raw is None or raw == "":
+        return []
+    if isinstance(raw, dict) and raw.get("role") == "assistant" and not raw.get("tool_calls") and not (
+        isinstance(raw.get("content"), list) and any(isinstance(b, dict) and b.get("type") == "tool_use"
+                                                     for b in raw["content"])):
+        return []
+    return read_calls(raw)
+
+
 def prediction_call(raw: Any) -> ToolCall:
     """The one call in a prediction, or a `ToolCall` whose `error` says why there is none."""
-    if raw is None:
-        return ToolCall(name="", error="no tool call was made")
-    calls = read_calls(raw)
+    calls = predicted_calls(raw)
     if not calls:
         return ToolCall(name="", error="no tool call was made")
     if len(calls) != 1:

@@ -1,7 +1,8 @@
 """Dataset evaluator in the style of the common tool-calling evaluators.
 
 Each sample has one expected call (or none) and the model's predicted call(s). Three flags
-per sample, then means over the dataset and a weighted overall score:
+per sample, then means over the dataset and a weighted overall score. With several predicted
+calls, the best-scoring call to the expected tool counts, so their order never matters:
 
 - `tool_selection_accuracy`: the predicted function is the expected one.
 - `parameter_accuracy`: the required parameters of the *expected* tool are present and every
@@ -31,7 +32,7 @@ from reflection.scoring._values import (
     matches_type,
     with_defaults,
 )
-from reflection.scoring.calls import read_calls
+from reflection.scoring.calls import predicted_calls, read_calls
 
 __all__ = [
     "DatasetReport",
@@ -180,7 +181,7 @@ class ToolCallingEvaluator:
             sample = ScoringSample.model_validate(sample)
         inventory = normalize_tools(sample.tools) if sample.tools is not None else self.inventory
         expected = _expected_call(sample.expected)
-        predicted = _predicted_calls(sample.predicted)
+        predicted = predicted_calls(sample.predicted)
         base: dict[str, Any] = {"sample_id": sample.sample_id, "query": sample.query,
                 "expected_tool": expected.name if expected else None,
                 "response_quality": self._response_quality(sample)}
@@ -188,13 +189,26 @@ class ToolCallingEvaluator:
             if not predicted:
                 return SampleRecord(**base, tool_selection_accuracy=True, parameter_accuracy=True,
                                     execution_success=True)
-            return SampleRecord(**base, predicted_tool=predicted[0].name,
-                                error=f"called {predicted[0].name!r} when no call was expected")
+            first = predicted[0]
+            return SampleRecord(**base, predicted_tool=first.name or None,
+                                error=f"called {first.name!r} when no call was expected" if first.name
+                                else f"made a call when none was expected ({first.error})")
         if not predicted:
             return SampleRecord(**base, no_call=True, error=f"no tool call was made; expected {expected.name!r}")
-        call = next((c for c in predicted if c.name == expected.name), predicted[0])
-        base["predicted_tool"] = call.name or None
         known = inventory is not None and bool(inventory.tools)
+        # Several calls: the best-scoring call to the expected tool counts, so the order of the
+        # calls never changes a score; without one, a call to an unknown tool is reported first.
+        candidates = [c for c in predicted if c.name == expected.name]
+        if not candidates:
+            unknown = [c for c in predicted
+                       if known and c.name and inventory.get(c.name) is None]  # type: ignore[union-attr]
+            candidates = unknown[:1] or predicted[:1]
+        records = [self._record(base, call, expected, inventory, known) for call in candidates]
+        return max(records, key=lambda r: (r.parameter_accuracy, r.execution_success, r.error is None))
+
+    def _record(self, base: dict[str, Any], call: ToolCall, expected: ToolCall, inventory: ToolInventory | None,
+                known: bool) -> SampleRecord:
+        base = {**base, "predicted_tool": call.name or None}
         # A call to the expected tool is never "unknown": then the inventory is what is incomplete.
         if known and call.name and call.name != expected.name and inventory.get(call.name) is None:  # type: ignore[union-attr]
             return SampleRecord(**base, unknown_tool=True, error=f"called {call.name!r}, which is not in the inventory")
@@ -280,16 +294,6 @@ def _expected_call(raw: Any) -> ToolCall | None:
     if calls[0].error is not None or calls[0].arguments is None:
         raise ValueError(f"the reference call is not readable: {calls[0].error}")
     return calls[0]
-
-
-def _predicted_calls(raw: Any) -> list[ToolCall]:
-    if raw is None or raw == [] or raw == "":
-        return []
-    if isinstance(raw, dict) and raw.get("role") == "assistant" and not raw.get("tool_calls") and not (
-        isinstance(raw.get("content"), list) and any(isinstance(b, dict) and b.get("type") == "tool_use"
-                                                     for b in raw["content"])):
-        return []  # an assistant message that answered in text made no call
-    return read_calls(raw)
 
 
 def _parameters_match(call: ToolCall, expected: ToolCall, spec: ToolSpec | None, compare_values: bool) -> bool:

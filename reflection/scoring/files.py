@@ -35,7 +35,6 @@ from reflection.model import JudgeUsage, ToolCall
 from reflection.rows import row_id
 from reflection.scoring.calls import (
     binary_tool_call,
-    read_calls,
     staged_tool_call,
     tool_call_equivalence,
 )
@@ -66,6 +65,7 @@ SCORE_KEYS: tuple[str, ...] = (
     "trajectory_correctness",
     "response_exact_match",
     "response_rouge_l",
+    "response_meteor",
 )
 """The deterministic metric keys of an output row, in order. Part of the public contract."""
 
@@ -92,20 +92,21 @@ def error_row(rid: str | None, message: str) -> dict[str, Any]:
     return _blank_row(rid, message)
 
 
-def _blank_row(rid: str | None, error: str | None, expected_tool: str | None = None,
-               predicted_tool: str | None = None) -> dict[str, Any]:
+def _blank_row(rid: str | None, error: str | None, expected_tool: str | None = None) -> dict[str, Any]:
     """Every key of an output row, in order, with null metrics."""
-    row: dict[str, Any] = {"id": rid, "expected_tool": expected_tool, "predicted_tool": predicted_tool}
+    row: dict[str, Any] = {"id": rid, "expected_tool": expected_tool, "predicted_tool": None}
     row.update(dict.fromkeys(SCORE_KEYS + JUDGED_KEYS))
     row.update({"no_call": False, "unknown_tool": False, "error": error, "judge_error": None, "judge_usage": None})
     return row
 
 
 def score_row(prediction: Mapping[str, Any], reference: Mapping[str, Any], rid: str,
-              evaluator: ToolCallingEvaluator | None = None) -> dict[str, Any]:
+              evaluator: ToolCallingEvaluator | None = None, *, wordnet: str | Path | None = None) -> dict[str, Any]:
     """The output row for one joined pair, without the judged metrics (null). Raises
-    `RowProblem` when the pair is unusable."""
-    return _score_pair(prediction, reference, rid, evaluator or ToolCallingEvaluator())[0]
+    `RowProblem` when the pair is unusable. `wordnet` is as in `score_files`."""
+    from reflection.scoring.response import find_wordnet
+
+    return _score_pair(prediction, reference, rid, evaluator or ToolCallingEvaluator(), find_wordnet(wordnet))[0]
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class _JudgeInputs:
 
 
 def _score_pair(prediction: Mapping[str, Any], reference: Mapping[str, Any], rid: str,
-                evaluator: ToolCallingEvaluator) -> tuple[dict[str, Any], _JudgeInputs]:
+                evaluator: ToolCallingEvaluator, wordnet: Path | None) -> tuple[dict[str, Any], _JudgeInputs]:
     expected_raw = _field(reference, _REFERENCE_KEYS, "reference", rid)
     try:
         expected = read_trajectory(expected_raw)
@@ -136,19 +137,18 @@ def _score_pair(prediction: Mapping[str, Any], reference: Mapping[str, Any], rid
     for index, step in enumerate(expected):
         if step.error is not None:
             raise RowProblem(f"reference {rid}: expected call #{index} is not readable: {step.error}")
-    calls, steps, unreadable, response = _prediction(prediction)
-    row = _blank_row(rid, unreadable, expected_tool=expected[0].name if len(expected) == 1 else None,
-                     predicted_tool=calls[0].name if calls else None)
+    predicted, steps, unreadable, response = _prediction(prediction)
+    tools = reference.get("tools")
+    # With one expected call or none, the dataset evaluator's error says the same in its words.
+    row = _blank_row(rid, unreadable, expected_tool=expected[0].name if len(expected) == 1 else None)
     row["trajectory_correctness"] = trajectory_correctness(
-        steps, expected, evaluation_params=_ARGUMENTS, include_reason=False,
-        tools=reference.get("tools")).score
+        steps, expected, evaluation_params=_ARGUMENTS, include_reason=False, tools=tools).score
     if len(expected) <= 1:
-        expected_call = None
-        if expected:
-            step = expected[0]
-            expected_call = ToolCall(name=step.name, arguments=step.args)
+        # The prediction goes to the same public functions a Python user calls, as it is, so a
+        # row scores exactly what the API gives (several calls included).
+        expected_call = ToolCall(name=expected[0].name, arguments=expected[0].args) if expected else None
         sample = ScoringSample(sample_id=rid, query=_query_text(reference.get("query")), expected=expected_call,
-                               predicted=calls, tools=reference.get("tools"))
+                               predicted=predicted, tools=tools)
         try:
             record = evaluator.score_sample(sample)
         except ValueError as exc:
@@ -156,15 +156,11 @@ def _score_pair(prediction: Mapping[str, Any], reference: Mapping[str, Any], rid
         row["predicted_tool"] = record.predicted_tool
         for key in ("tool_selection_accuracy", "parameter_accuracy", "execution_success"):
             row[key] = 1.0 if getattr(record, key) else 0.0
-        row.update(no_call=record.no_call, unknown_tool=record.unknown_tool, error=unreadable or record.error)
+        row.update(no_call=record.no_call, unknown_tool=record.unknown_tool, error=record.error)
         if expected_call is not None:
-            chosen = next((c for c in calls if c.name == expected_call.name), calls[0] if calls else None)
-            if unreadable:
-                chosen = None  # not even JSON: 0 on every call metric, staged included
-            tools = reference.get("tools")
-            row["tool_call_equivalence"] = tool_call_equivalence(chosen, expected_call, tools) if chosen else 0.0
-            row["binary_tool_call"] = binary_tool_call(chosen, expected_call) if chosen else 0.0
-            row["staged_tool_call"] = staged_tool_call(chosen, expected_call) if chosen else 0.0
+            row["tool_call_equivalence"] = tool_call_equivalence(predicted, expected_call, tools)
+            row["binary_tool_call"] = binary_tool_call(predicted, expected_call)
+            row["staged_tool_call"] = staged_tool_call(predicted, expected_call)
     expected_response = reference.get("expected_response")
     answer: str | None = None
     reference_answer: str | None = None
@@ -172,6 +168,7 @@ def _score_pair(prediction: Mapping[str, Any], reference: Mapping[str, Any], rid
         answer, reference_answer = response, expected_response
         row["response_exact_match"] = exact_match(response, expected_response)
         row["response_rouge_l"] = _rouge(response, expected_response)
+        row["response_meteor"] = _meteor(response, expected_response, wordnet)
     inputs = _JudgeInputs(steps=steps, expected=expected, response=answer, expected_response=reference_answer,
                           query=reference.get("query") or "", tools=reference.get("tools"))
     return row, inputs
@@ -184,8 +181,12 @@ def _field(row: Mapping[str, Any], keys: tuple[str, ...], kind: str, rid: str) -
     raise RowProblem(f"{kind} {rid}: no expected calls; add them under {keys[0]!r} (null or [] when no call is expected)")
 
 
-def _prediction(row: Mapping[str, Any]) -> tuple[list[ToolCall], list[TrajectoryCall], str | None, Any]:
-    """(calls, trajectory steps, why the prediction is unreadable, response text)."""
+def _prediction(row: Mapping[str, Any]) -> tuple[Any, list[TrajectoryCall], str | None, Any]:
+    """(the prediction as the call metrics take it, its trajectory steps, why those steps could
+    not be read, the response text).
+
+    The prediction is the row's call field as it is (a JSON string stays a string), or the
+    list of calls in `messages`."""
     response = row.get("response")
     if "messages" in row and not any(key in row for key in _PREDICTION_KEYS):
         history = normalize_history(row["messages"])
@@ -195,25 +196,11 @@ def _prediction(row: Mapping[str, Any]) -> tuple[list[ToolCall], list[Trajectory
             response = texts[-1] if texts else None
         return calls, trajectory_from_messages(history), None, response
     raw = next((row[key] for key in _PREDICTION_KEYS if key in row), None)
-    if isinstance(raw, str):
-        try:
-            raw = parse_json(raw)
-        except ValueError as exc:
-            # Model output that is not JSON is a wrong answer, not a broken row.
-            return [ToolCall(name="", error=f"the predicted call is not valid JSON: {exc}")], [], (
-                f"the predicted call is not valid JSON: {exc}"), response
-    calls = _calls(raw)
-    steps = [TrajectoryCall(name=c.name, args=c.arguments, error=c.error) for c in calls]
-    return calls, steps, None, response
-
-
-def _calls(raw: Any) -> list[ToolCall]:
-    if raw is None or raw == []:
-        return []
-    if isinstance(raw, Mapping) and raw.get("role") == "assistant" and not raw.get("tool_calls") and not isinstance(
-            raw.get("content"), list):
-        return []  # an assistant message answering in text
-    return read_calls(raw)
+    try:
+        return raw, read_trajectory(raw), None, response
+    except ValueError as exc:
+        # Model output that is not JSON is a wrong answer (no calls), not a broken row.
+        return raw, [], f"the predicted calls cannot be read: {exc}", response
 
 
 def _query_text(query: Any) -> str:
@@ -232,6 +219,15 @@ def _rouge(prediction: str, reference: str) -> float | None:
         return None  # the summary says how to turn it on
 
 
+def _meteor(prediction: str, reference: str, wordnet: Path | None) -> float | None:
+    from reflection.scoring.response import meteor
+
+    try:
+        return meteor(prediction, reference, wordnet=wordnet, synonyms=wordnet is not None)
+    except ImportError:
+        return None  # the summary says how to turn it on
+
+
 def _read_lines(path: Path, kind: str) -> Iterator[tuple[int, Any, str | None]]:
     """(line number, parsed row or None, problem) for every non-blank line."""
     with path.open("rb") as lines:
@@ -245,19 +241,21 @@ def _read_lines(path: Path, kind: str) -> Iterator[tuple[int, Any, str | None]]:
 
 
 def score_files(predictions: str | Path, references: str | Path, *,
-                weights: ScoreWeights | Mapping[str, float] | None = None) -> Iterator[dict[str, Any]]:
+                weights: ScoreWeights | Mapping[str, float] | None = None,
+                wordnet: str | Path | None = None) -> Iterator[dict[str, Any]]:
     """Output rows for every prediction, joined with its reference by id, then an error row
     for every reference nobody predicted. Unreadable, unjoinable and unusable rows become
     error rows; only an unreadable file raises (OSError). The judged metrics (`JUDGED_KEYS`)
-    are null: use `ascore_files` with a judge for them."""
-    for row, _ in _joined(predictions, references, ToolCallingEvaluator(weights=weights)):
+    are null: use `ascore_files` with a judge for them. `wordnet` locates METEOR's WordNet
+    (see `reflection.scoring.find_wordnet`)."""
+    for row, _ in _joined(predictions, references, ToolCallingEvaluator(weights=weights), wordnet):
         yield row
 
 
 async def ascore_files(predictions: str | Path, references: str | Path, *, judge: Judge | None = None,
                        weights: ScoreWeights | Mapping[str, float] | None = None,
                        concurrency: int | None = None, prompts_dir: Path | None = None,
-                       ) -> AsyncIterator[dict[str, Any]]:
+                       wordnet: str | Path | None = None) -> AsyncIterator[dict[str, Any]]:
     """`score_files`, plus the judged metrics when `judge` is given, in the same order.
 
     Each joined row gets `response_correctness` when both answers exist, and, when its
@@ -270,12 +268,13 @@ async def ascore_files(predictions: str | Path, references: str | Path, *, judge
     The predictions are streamed: at most 2 x `concurrency` rows (default: the judge's
     `max_concurrency`) are being judged or waiting for an earlier row, whatever the file
     size; the judge's own limiter bounds its requests at once.
-    `prompts_dir` overrides the shipped `scoring/*.md` templates, as in `ReflectionConfig`.
+    `prompts_dir` overrides the shipped `scoring/*.md` templates, as in `ReflectionConfig`;
+    `wordnet` is as in `score_files`.
     """
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     limit = concurrency or (judge.config.max_concurrency if judge is not None else 1)
-    rows = _joined(predictions, references, ToolCallingEvaluator(weights=weights))
+    rows = _joined(predictions, references, ToolCallingEvaluator(weights=weights), wordnet)
     # Input order is kept with a queue of finished rows and running tasks; when it is full,
     # the oldest is awaited before the next row is read. Plain tasks (no task group), so an
     # abandoned iterator is safe.
@@ -362,9 +361,13 @@ async def _trajectory(judge: Judge, inputs: _JudgeInputs,
 
 
 def _joined(predictions: str | Path, references: str | Path,
-            evaluator: ToolCallingEvaluator) -> Generator[tuple[dict[str, Any], _JudgeInputs | None], None, None]:
+            evaluator: ToolCallingEvaluator, wordnet: str | Path | None,
+            ) -> Generator[tuple[dict[str, Any], _JudgeInputs | None], None, None]:
     """Every output row in order, with what the judge needs for it (None for error rows).
     The references are held in memory; the predictions are read one line at a time."""
+    from reflection.scoring.response import find_wordnet
+
+    wordnet = find_wordnet(wordnet)  # once per run, not per row
     table: dict[str, Mapping[str, Any]] = {}
     problems: list[dict[str, Any]] = []
     for number, raw, problem in _read_lines(Path(references), "references"):
@@ -393,7 +396,7 @@ def _joined(predictions: str | Path, references: str | Path,
         else:
             seen.add(rid)
             try:
-                pair: tuple[dict[str, Any], _JudgeInputs | None] = _score_pair(raw, table[rid], rid, evaluator)
+                pair: tuple[dict[str, Any], _JudgeInputs | None] = _score_pair(raw, table[rid], rid, evaluator, wordnet)
             except (RowProblem, TypeError) as exc:  # TypeError: a value that is not JSON-like
                 pair = error_row(rid, str(exc)), None
             yield pair
@@ -404,11 +407,17 @@ def _joined(predictions: str | Path, references: str | Path,
 
 class ScoreSummary:
     """Running means of the output rows, plus the dataset evaluator's overall score and band,
-    and the judge's traffic. `judge` says whether a judge was configured for the run."""
+    and the judge's traffic. `judge` says whether a judge was configured for the run;
+    `wordnet` is the run's (see `score_files`), to say whether METEOR used synonyms. Raises
+    ValueError when `wordnet` (or `REFLECTION_WORDNET`) is not a WordNet database."""
 
-    def __init__(self, weights: ScoreWeights | Mapping[str, float] | None = None, *, judge: bool = False):
+    def __init__(self, weights: ScoreWeights | Mapping[str, float] | None = None, *, judge: bool = False,
+                 wordnet: str | Path | None = None):
+        from reflection.scoring.response import find_wordnet
+
         self.weights = weights if isinstance(weights, ScoreWeights) else ScoreWeights.model_validate(weights or {})
         self.judge = judge
+        self.meteor_synonyms = find_wordnet(wordnet) is not None
         self.rows = 0
         self.error_rows = 0
         self.no_call = 0
@@ -435,9 +444,11 @@ class ScoreSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """`{"rows", "error_rows", "no_call", "unknown_tool", "metrics": {key: {"mean", "n"}},
-        "overall_score", "interpretation", "weights", "judge": {"configured", "error_rows",
-        "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd"}}`.
-        `judge.error_rows` counts rows with a `judge_error`."""
+        "overall_score", "interpretation", "weights", "meteor_synonyms", "judge": {"configured",
+        "error_rows", "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd"}}`.
+        `judge.error_rows` counts rows with a `judge_error`. `meteor_synonyms` is true when
+        `response_meteor` used WordNet synonyms, false when it matched exact words and stems
+        only (no WordNet found), and null when no row has a METEOR score."""
         metrics = {key: {"mean": math.fsum(v) / len(v) if v else None, "n": len(v)} for key, v in self._values.items()}
         overall = None
         parts = ("tool_selection_accuracy", "parameter_accuracy", "execution_success")
@@ -455,5 +466,6 @@ class ScoreSummary:
             "overall_score": overall,
             "interpretation": interpret_score(overall) if overall is not None else None,
             "weights": self.weights.model_dump(),
+            "meteor_synonyms": self.meteor_synonyms if metrics["response_meteor"]["n"] else None,
             "judge": {"configured": self.judge, "error_rows": self.judge_errors, **usage},
         }

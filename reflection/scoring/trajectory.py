@@ -3,12 +3,14 @@
 Three modes. By default every expected call is paired with its best called call through an
 optimal one-to-one assignment (so duplicate expected calls are scored correctly, which a
 greedy first-match does not do); `should_consider_ordering` scores a weighted longest common
-subsequence; `should_exact_match` needs the same calls in the same order. Names are
-compared after stripping dynamic suffixes (`delegate_to_sql_query_agent_xg7c`).
+subsequence; `should_exact_match` needs the same calls in the same order. Called names are
+compared after stripping dynamic suffixes (`delegate_to_sql_query_agent_xg7c`), except names
+that are declared tools or expected names (see `normalize_tool_name`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Collection
@@ -96,10 +98,13 @@ class TrajectoryScore(_Frozen):
     usage: JudgeUsage | None = None
 
 
-def normalize_tool_name(name: str) -> str:
+def normalize_tool_name(name: str, *, keep: Collection[str] = ()) -> str:
     """`name` without a dynamic suffix: a trailing underscore plus 4 letters and digits that
     contain both (`delegate_to_sql_query_agent_xg7c` -> `delegate_to_sql_query_agent`).
-    `_data`, `_name` and `_2024` stay."""
+    `_data`, `_name` and `_2024` stay, and so does every name in `keep` (real tool names:
+    `resize_img2` must not become `resize`)."""
+    if name in keep:
+        return name
     found = _DYNAMIC_SUFFIX.match(name)
     return found.group(1) if found else name
 
@@ -218,7 +223,7 @@ async def atrajectory_correctness(
     applies). Raises `reflection.judge.JudgeError` when the judge cannot answer.
     """
     scored = _score(tools_called, expected_tools, evaluation_params, should_consider_ordering,
-                    should_exact_match, threshold, normalize_names, tools)
+                    should_exact_match, threshold, normalize_names, tools, available_tools)
     if available_tools is None:
         return _finish(scored, strict_mode=strict_mode, include_reason=include_reason)
     if judge is None:
@@ -263,7 +268,7 @@ class _Scored:
 
 
 def _score(tools_called, expected_tools, evaluation_params, ordering, exact, threshold, normalize_names,
-           tools) -> _Scored:
+           tools, available_tools=None) -> _Scored:
     params = _check_params(evaluation_params)
     if not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must be in [0, 1], got {threshold}")
@@ -272,7 +277,17 @@ def _score(tools_called, expected_tools, evaluation_params, ordering, exact, thr
     for index, step in enumerate(expected):
         if step.error is not None:
             raise ValueError(f"expected call #{index} is not readable: {step.error}")
-    rename = normalize_tool_name if normalize_names else _same_name
+    if normalize_names:
+        # A declared tool or an expected name is a real name, never a suffixed one: keeping them
+        # whole means stripping cannot merge two tools (resize_img2 / resize_img3 -> resize) or
+        # two expected names.
+        keep = {step.name for step in expected}
+        for declared in (tools, available_tools):
+            if declared is not None:
+                keep.update(spec.name for spec in normalize_tools(declared).tools)
+        rename = functools.partial(normalize_tool_name, keep=frozenset(keep))
+    else:
+        rename = _same_name
     if tools is not None:
         inventory = normalize_tools(tools)
         expected = [_with_defaults(step, inventory, rename) for step in expected]
