@@ -420,3 +420,16 @@ def test_item18_the_stand_in_server_starts_without_respx(tmp_path):
         proc.terminate()
         proc.wait(30)
 
+
+
+def test_item12_the_lock_moves_with_the_rewrite_that_replaces_judge_failures(tmp_path):
+    from reflection.batch._output import OutputFile, OutputLocked
+
+    out = tmp_path / "out.jsonl"
+    failed = {"id": "a", "overall_valid": None, "results": [{"semantic": {"c": {"status": "error"}}}]}
+    out.write_text(json.dumps(failed) + "\n" + json.dumps({"id": "b", "overall_valid": True}) + "\n")
+    with OutputFile(out, retry=lambda row: row["id"] == "a") as first:
+        assert first.drop({"a"}) == 1  # the file is replaced by a rewritten one
+        with pytest.raises(OutputLocked, match="being written by process"):
+            OutputFile(out).open()
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["b"]

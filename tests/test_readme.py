@@ -17,6 +17,7 @@ Blocks are found by their fence language, so new ones are picked up without touc
 - `json`: parsed; a row whose `id` is one of the shipped example rows must match the real
   `reflection check --static-only` row for it, where `"..."` stands for anything.
 - `yaml`: parsed; a mapping of configuration keys must load as a `ReflectionConfig`.
+- `text` or no language: output shown to the reader (what a block prints), not run.
 
 A judge endpoint in a block (`http(s)://host[:port]/v1`) is served by the loopback stand-in
 judge (`reflection.testing.server.StandInJudge`), so nothing leaves the machine.
@@ -49,6 +50,8 @@ from reflection.testing.server import StandInJudge
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 LANGUAGES = ("python", "bash", "console", "json", "yaml")
+OUTPUT = ("text", "")
+"""Fence languages of output samples, which are shown, not run."""
 _FENCE = re.compile(r"^```(\S*)\s*$")
 _MARKER = re.compile(r"<!--\s*readme-test:\s*(skip|same-dir)\b\s*(.*?)\s*-->")
 _JUDGE_URL = re.compile(r"https?://[A-Za-z0-9.\-]+(?::\d+)?/v1\b")
@@ -118,8 +121,9 @@ def params(lang: str) -> list:
 
 
 def test_every_block_has_a_known_language():
-    unknown = [b.name for b in BLOCKS if b.lang not in LANGUAGES]
-    assert not unknown, f"give these blocks one of {LANGUAGES} (or teach tests/test_readme.py a new one): {unknown}"
+    unknown = [b.name for b in BLOCKS if b.lang not in LANGUAGES + OUTPUT]
+    assert not unknown, (f"give these blocks one of {LANGUAGES}, or `text` for output "
+                         f"(or teach tests/test_readme.py a new language): {unknown}")
 
 
 def test_skip_markers_say_why_and_stay_rare():
