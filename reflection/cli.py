@@ -70,6 +70,8 @@ async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: 
 app.command("score", help="Score predicted tool calls against references (JSON Lines joined by id).")(score)
 app.command("batch", help="Reflect a dataset with resume, judge cache, progress and a report.")(batch)
 app.command("report", help="Summarise a batch output file (text table or --json).")(report)
+app.command("calibrate", help="Calibrate thresholds on labelled calls: confusion matrices, sweeps, suggestions.")(
+    __import__("reflection.calibrate", fromlist=["calibrate_command"]).calibrate_command)
 
 if __name__ == "__main__":  # pragma: no cover - `python -m reflection.cli`, as the `reflection` script
     app()

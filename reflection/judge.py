@@ -39,7 +39,8 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from reflection import telemetry
 from reflection._http import judge_http_client
-from reflection._json import dumps, parse_json
+from reflection._json import dumps
+from reflection._reply import UnreadableReply, read_json, reply_text
 from reflection.model import JudgeUsage
 
 if TYPE_CHECKING:
@@ -376,14 +377,14 @@ class Judge:
                 with attempt:
                     raw_reply = await self._request(conversation, schema, schema_name, totals)
                     try:
-                        data = parse_json(raw_reply)
+                        data = read_json(raw_reply)
                     except ValueError as exc:
-                        self._reask(conversation, raw_reply, f"the reply is not valid JSON ({exc})")
+                        self._reask(conversation, f"the reply is not valid JSON ({exc})")
                         raise InvalidReply(f"the judge reply was not valid JSON: {exc}") from None
                     try:
                         value = validate(data)
                     except Exception as exc:  # noqa: BLE001 - any validation failure is re-asked
-                        self._reask(conversation, raw_reply, str(exc))
+                        self._reask(conversation, str(exc))
                         raise InvalidReply(f"the judge reply failed validation: {exc}") from None
         except (_sdk().APIError, InvalidReply, _Unanswerable) as exc:
             raise JudgeError(f"{_describe(exc)} (after {totals['requests']} request(s))", self._usage(totals)) from exc
@@ -406,12 +407,16 @@ class Judge:
         return min(after, self.config.retry_max_wait)
 
     @staticmethod
-    def _reask(conversation: list[dict[str, str]], reply: str, error: str) -> None:
-        conversation.append({"role": "assistant", "content": reply[:4000]})
-        conversation.append({
-            "role": "user",
-            "content": f"Your previous reply was invalid: {error[:1500]}\nReply again with only one JSON object that matches the schema.",
-        })
+    def _reask(conversation: list[dict[str, str]], error: str) -> None:
+        # The reply itself is never sent back: a re-ask says what was wrong in our own words,
+        # so no text of the reply reaches the prompt outside the <data> block. One note at a
+        # time: a second re-ask replaces the first.
+        note = {"role": "user", "content": f"{_REASK_NOTE}{error[:1500]}\n"
+                                           "Reply again with only one JSON object that matches the schema."}
+        if conversation[-1]["content"].startswith(_REASK_NOTE):
+            conversation[-1] = note
+        else:
+            conversation.append(note)
 
     def _warn_once(self, topic: str, message: str) -> None:
         if topic not in self._warned:
@@ -480,10 +485,10 @@ class Judge:
             if not choices or not isinstance(choices, list):
                 raise InvalidReply("the judge returned no choices")
             message = choices[0].get("message") if isinstance(choices[0], dict) else None
-            content = message.get("content") if isinstance(message, dict) else None
-            if not content or not isinstance(content, str):
-                raise InvalidReply("the judge returned an empty message")
-            return _strip_fences(content)
+            try:
+                return reply_text(message)
+            except UnreadableReply as exc:  # a refusal or an empty reply, said as such
+                raise InvalidReply(str(exc)) from None
 
     async def _post_limited(self, body: dict[str, Any]) -> dict[str, Any]:
         """`_post` holding one of the limiter's tokens. A free token is taken without the
@@ -608,6 +613,9 @@ def _finish_reason(completion: dict[str, Any]) -> Any:
     return first.get("finish_reason") if isinstance(first, dict) else None
 
 
+_REASK_NOTE = "Your previous reply was invalid: "
+
+
 def _status_error(response: httpx.Response, data: Any, content: bytes) -> openai.APIStatusError:
     """The SDK's exception for an HTTP error status (its own status-to-class mapping)."""
     text = content.decode("utf-8", "replace")
@@ -632,14 +640,6 @@ _STATUS_ERRORS: dict[int, str] = {
 }
 
 
-def _strip_fences(text: str) -> str:
-    """Prompt-only JSON often arrives in a ```json fence."""
-    stripped = text.strip()
-    if stripped.startswith("```"):
-        stripped = stripped.split("\n", 1)[1] if "\n" in stripped else ""
-        if stripped.rstrip().endswith("```"):
-            stripped = stripped.rstrip()[:-3]
-    return stripped.strip()
 
 
 def request_key(config: JudgeConfig, template_version: str, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:

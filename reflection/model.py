@@ -241,6 +241,9 @@ class SemanticCheckResult(_Frozen):
     correction: SemanticCorrection | None = None
     error: str | None = None
     """Why the check could not be answered (status `error`)."""
+    notes: tuple[str, ...] = ()
+    """What was coerced or dropped to read the judge's answer (e.g. `score given as text,
+    read as 4`, `the suggested better_function is not one of the tools; dropped`)."""
 
 
 ValueSourceKind = Literal["user", "assistant", "tool", "system", "default", "enum"]

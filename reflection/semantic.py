@@ -7,14 +7,16 @@ string in it can close the block. Knows nothing about HTTP.
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from reflection._json import dumps, parse_json
+from reflection._reply import RepairedObject
 from reflection._resources import Template, load_template
 from reflection.judge import Judge, JudgeError, request_key, _reraise_fatal
 from reflection.model import (
@@ -28,52 +30,156 @@ from reflection.model import (
     ValueGrounding,
 )
 
-__all__ = ["CheckReply", "SemanticRequest", "build_messages", "reply_schema", "run_semantic"]
+__all__ = ["CONFIDENCE_WORDS", "CheckReply", "SemanticRequest", "build_messages", "read_check", "reply_schema", "run_semantic"]
 
 _CHARS_PER_TOKEN = 4  # rough estimate, good enough for windowing
 _DESCRIPTION_LINE = 160
 
 
-class _CorrectionReply(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    suggested_arguments_json: str | None = None
-    better_function: str | None = None
-    missing_prerequisite: str | None = None
+# What a confidence word means, as a probability. Documented in the README's judge section.
+CONFIDENCE_WORDS: dict[str, float] = {"high": 0.9, "medium": 0.6, "low": 0.3}
 
-    def to_model(self) -> SemanticCorrection | None:
-        if not (self.suggested_arguments_json or self.better_function or self.missing_prerequisite):
-            return None
-        suggested = None
-        if self.suggested_arguments_json:
-            parsed = parse_json(self.suggested_arguments_json)
-            if not isinstance(parsed, dict):
-                raise ValueError("correction.suggested_arguments_json must encode a JSON object")
-            suggested = parsed
-        return SemanticCorrection(suggested_arguments=suggested, better_function=self.better_function or None,
-                                  missing_prerequisite=self.missing_prerequisite or None)
 
-    @field_validator("suggested_arguments_json")
-    @classmethod
-    def _object_json(cls, value: str | None) -> str | None:
-        if value:
+class CheckReply(NamedTuple):
+    """The judge's answer for one check, read locally: the score is an integer 1-5; what
+    had to be coerced or dropped to read the rest is listed in `notes`."""
+
+    score: int
+    explanation: str = ""
+    confidence: float | None = None
+    """None when the judge gave none (or none we could read)."""
+    evidence: tuple[str, ...] = ()
+    correction: SemanticCorrection | None = None
+    notes: tuple[str, ...] = ()
+
+
+_SCORE_TEXT = re.compile(r"\s*([1-5])(?:\.0*)?\s*")
+_NUMBER_TEXT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*")
+
+
+def read_check(value: Any, tools: frozenset[str] | None = None) -> CheckReply:
+    """One check's answer from the judge's JSON, coerced only where the meaning is certain.
+
+    A score is an integer 1-5; `"4"` and `4.0` are read as 4, and anything else (3.5, 0, 6,
+    `"good"`, none) raises ValueError: a score is never guessed. An optional part that cannot
+    be read (confidence, evidence, explanation, correction or one of its fields, a
+    `better_function` not among `tools`) is dropped with a note; the score stands.
+    Error messages are in our own words (they may be quoted back to the judge).
+    """
+    if not isinstance(value, dict):
+        raise ValueError("the answer is not a JSON object")
+    notes: list[str] = []
+    score = value.get("score")
+    if type(score) is not int or not 1 <= score <= 5:
+        score = _score(score, notes)
+    confidence = value.get("confidence")
+    if type(confidence) is not float or not 0.0 <= confidence <= 1.0:
+        confidence = _confidence(confidence, notes)
+    evidence = value.get("evidence")
+    if type(evidence) is list and all(type(item) is str for item in evidence):
+        evidence = tuple(evidence)
+    else:
+        evidence = _evidence(evidence, notes)
+    explanation = value.get("explanation")
+    if type(explanation) is not str:
+        notes.append("no explanation given" if explanation is None else "the explanation was not text; dropped")
+        explanation = ""
+    correction = value.get("correction")
+    if correction is not None:
+        correction = _correction(correction, tools, notes)
+    return CheckReply(score, explanation, confidence, evidence, correction, tuple(notes))
+
+
+def _score(score: Any, notes: list[str]) -> int:
+    if type(score) is float and score.is_integer() and 1 <= score <= 5:
+        notes.append(f"score {score} read as {int(score)}")
+        return int(score)
+    if type(score) is str:
+        match = _SCORE_TEXT.fullmatch(score)
+        if match:
+            notes.append(f"score given as text, read as {match.group(1)}")
+            return int(match.group(1))
+    if score is None:
+        raise ValueError("the score is missing")
+    raise ValueError("the score must be an integer from 1 to 5")
+
+
+def _confidence(confidence: Any, notes: list[str]) -> float | None:
+    if confidence is None:
+        notes.append("no confidence given")
+        return None
+    number: float | None = None
+    percent = False
+    if type(confidence) in (int, float):
+        number = float(confidence)
+    elif type(confidence) is str:
+        word = confidence.strip().lower()
+        if word in CONFIDENCE_WORDS:
+            notes.append(f"confidence {word!r} read as {CONFIDENCE_WORDS[word]}")
+            return CONFIDENCE_WORDS[word]
+        match = _NUMBER_TEXT.fullmatch(confidence)
+        if match:
+            number, percent = float(match.group(1)), bool(match.group(2))
+    if number is not None and math.isfinite(number):
+        if not percent and 0.0 <= number <= 1.0:
+            if type(confidence) is str:
+                notes.append(f"confidence given as text, read as {number}")
+            return number
+        if 0.0 <= number <= 100.0 and (percent or number > 1.0):
+            notes.append(f"confidence {number:g}{'%' if percent else ''} read as {number / 100:g}")
+            return number / 100
+    notes.append("the confidence was not a number from 0 to 1 or a percentage; dropped")
+    return None
+
+
+def _evidence(evidence: Any, notes: list[str]) -> tuple[str, ...]:
+    if evidence is None:
+        return ()
+    if type(evidence) is str:
+        notes.append("a single evidence string read as a list of one")
+        return (evidence,) if evidence else ()
+    if type(evidence) is list:
+        kept = tuple(item for item in evidence if type(item) is str)
+        notes.append(f"{len(evidence) - len(kept)} evidence item(s) that were not text dropped")
+        return kept
+    notes.append("the evidence was not a list of quotes; dropped")
+    return ()
+
+
+def _correction(correction: Any, tools: frozenset[str] | None, notes: list[str]) -> SemanticCorrection | None:
+    if not isinstance(correction, dict):
+        notes.append("the correction was not an object; dropped")
+        return None
+    suggested = correction.get("suggested_arguments_json")
+    if isinstance(suggested, str):
+        if not suggested.strip():
+            suggested = None
+        else:
             try:
-                parsed = parse_json(value)
-            except ValueError as exc:
-                raise ValueError(f"suggested_arguments_json is not valid JSON: {exc}") from None
-            if not isinstance(parsed, dict):
-                raise ValueError("suggested_arguments_json must encode a JSON object")
+                suggested = parse_json(suggested)
+            except ValueError:
+                suggested = "not JSON"
+    if suggested is not None and not isinstance(suggested, dict):
+        notes.append("the suggested arguments were not a JSON object; dropped")
+        suggested = None
+    better = _optional_text(correction, "better_function", notes)
+    if better is not None and tools is not None and better not in tools:
+        notes.append("the suggested better_function is not one of the tools; dropped")
+        better = None
+    missing = _optional_text(correction, "missing_prerequisite", notes)
+    if suggested is None and better is None and missing is None:
+        return None
+    return SemanticCorrection(suggested_arguments=suggested, better_function=better, missing_prerequisite=missing)
+
+
+def _optional_text(correction: dict[str, Any], field: str, notes: list[str]) -> str | None:
+    value = correction.get(field)
+    if value is None or (type(value) is str and not value.strip()):
+        return None
+    if type(value) is str:
         return value
-
-
-class CheckReply(BaseModel):
-    """The judge's answer for one check, validated locally: the score must be an integer 1-5."""
-
-    model_config = ConfigDict(extra="forbid")
-    evidence: list[str] = Field(default_factory=list)
-    explanation: str
-    confidence: float = Field(ge=0, le=1)
-    score: StrictInt = Field(ge=1, le=5)
-    correction: _CorrectionReply | None = None
+    notes.append(f"correction.{field} was not text; dropped")
+    return None
 
 
 _NULLABLE_STRING = {"type": ["string", "null"]}
@@ -110,14 +216,68 @@ def reply_schema(checks: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
-def _parse_reply(checks: tuple[str, ...]):  # noqa: ANN202 - returns a validator closure
-    def validate(data: Any) -> dict[str, CheckReply]:
-        if not isinstance(data, dict):
-            raise ValueError("the reply must be a JSON object with one key per check")
-        missing = [name for name in checks if name not in data]
-        if missing:
-            raise ValueError(f"the reply lacks the checks {missing}")
-        return {name: CheckReply.model_validate(data[name]) for name in checks}
+class _Reading(NamedTuple):
+    """What one reply answered: the checks read, and why the others could not be."""
+
+    replies: dict[str, CheckReply]
+    problems: dict[str, str]
+
+
+def _answers(data: Any, checks: tuple[str, ...]) -> tuple[dict[str, Any], str | None, set[str]]:
+    """Each check's answer object in the reply, by name; a note when the names were not
+    exact top-level keys (matched ignoring case, under one wrapper key, or a lone check's
+    answer given as the whole reply); and the checks answered twice, differently."""
+    if not isinstance(data, dict):
+        raise ValueError("the reply must be a JSON object with one key per check")
+    exact = {name: data[name] for name in checks if name in data}
+    if len(exact) == len(checks) == len(data):
+        return exact, None, set()
+    lowered: dict[str, Any] = {}
+    twice: set[str] = set()  # a name answered twice, differently: which answer counts is not certain
+    for key, value in data.items():
+        name = key.strip().lower() if isinstance(key, str) else None
+        if name in lowered and lowered[name] != value:
+            twice.add(name)
+        lowered[name] = value
+    found = {name: lowered[name] for name in checks if name in lowered and name not in twice}
+    if found or twice:
+        return found, None if len(found) == len(exact) else "check names matched ignoring case", twice
+    wrappers = [value for value in data.values()
+                if isinstance(value, dict) and any(isinstance(k, str) and k.strip().lower() in checks for k in value)]
+    if len(wrappers) == 1:
+        inner, _, twice = _answers(wrappers[0], checks)
+        return inner, "answers read from under a wrapper key", twice
+    if len(checks) == 1 and "score" in data:
+        return {checks[0]: data}, "the reply was the check's answer itself, without its name", set()
+    return {}, None, set()
+
+
+_REPAIRED = "the reply was near-JSON (single quotes, Python literals or trailing commas), repaired"
+
+
+def _parse_reply(checks: tuple[str, ...], tools: frozenset[str] | None):  # noqa: ANN202 - a validator closure
+    """The validator for a reply answering `checks`: the checks it answered, and why the
+    others could not be read. Raises ValueError when it answered none of them."""
+
+    def validate(data: Any) -> _Reading:
+        answers, where, twice = _answers(data, checks)
+        if isinstance(data, RepairedObject):
+            where = _REPAIRED if where is None else f"{_REPAIRED}; {where}"
+        replies: dict[str, CheckReply] = {}
+        problems: dict[str, str] = {}
+        for name in checks:
+            if name not in answers:
+                problems[name] = "answered twice, differently" if name in twice else "no answer for this check"
+                continue
+            try:
+                reply = read_check(answers[name], tools)
+            except ValueError as exc:
+                problems[name] = str(exc)
+                continue
+            replies[name] = reply if where is None else reply._replace(notes=(where, *reply.notes))
+        if not replies:
+            raise ValueError("; ".join(f"{name}: {problem}" for name, problem in problems.items()))
+        return _Reading(replies, problems)
 
     return validate
 
@@ -250,13 +410,21 @@ async def run_semantic(
     prompts_dir: Path | None = None,
 ) -> tuple[dict[str, CheckReply | JudgeError], JudgeUsage]:
     """Ask the judge about `checks`: one request in `combined` mode, one per check
-    (concurrently) in `per_check` mode. A check whose request failed maps to its JudgeError."""
+    (concurrently) in `per_check` mode. A check whose request failed maps to its JudgeError.
+
+    When a combined reply answers some checks but not others, the answered ones are kept
+    and the others are asked again, together, in one follow-up request.
+    """
     groups = [checks] if mode == "combined" else [(name,) for name in checks]
+    tools = frozenset(tool.name for tool in request.inventory.tools)
     replies: dict[str, CheckReply | JudgeError] = {}
     usages: list[JudgeUsage] = []
 
-    async def ask(group: tuple[str, ...]) -> None:
+    async def ask(group: tuple[str, ...], problems: dict[str, str] | None = None) -> dict[str, str]:
+        """Ask about `group`; the checks the reply left unanswered, with why."""
         messages, version = build_messages(request, group, token_budget=token_budget, prompts_dir=prompts_dir)
+        if problems:
+            messages[1]["content"] += _follow_up_note(problems)
         schema = reply_schema(group)
         # The key hashes the whole prompt: only worth its CPU when there is a cache to look in.
         cache_key = request_key(judge.config, version, messages, schema) if judge.cache is not None else None
@@ -265,19 +433,24 @@ async def run_semantic(
                 messages,
                 schema=schema,
                 schema_name="tool_call_review",
-                validate=_parse_reply(group),
+                validate=_parse_reply(group, tools),
                 cache_key=cache_key,
             )
         except JudgeError as exc:
             usages.append(exc.usage)
             for name in group:
                 replies[name] = exc
-            return
+            return {}
         usages.append(answer.usage)
-        replies.update(answer.value)
+        replies.update(answer.value.replies)
+        return answer.value.problems
 
     if len(groups) == 1:
-        await ask(groups[0])
+        unanswered = await ask(groups[0])
+        if unanswered:
+            still = await ask(tuple(unanswered), unanswered)
+            for name, problem in still.items():
+                replies[name] = JudgeError(f"the judge gave no valid answer for this check: {problem}")
     else:
         try:
             async with anyio.create_task_group() as tg:
@@ -287,3 +460,11 @@ async def run_semantic(
             _reraise_fatal(failed)  # an endpoint that cannot answer stops the caller, whatever the mode
             raise
     return {name: replies[name] for name in checks}, usages[0] if len(usages) == 1 else JudgeUsage.total(usages)
+
+
+def _follow_up_note(problems: dict[str, str]) -> str:
+    """Why these checks are asked again, in our own words only: check names and the
+    reader's fixed messages, never text from the reply or the session."""
+    lines = "\n".join(f"- {name}: {problem}" for name, problem in problems.items())
+    return (f"\n\nAn earlier reply gave no usable answer for these checks, so they are asked again:\n{lines}\n"
+            "Answer them with one JSON object that matches the schema.")

@@ -13,10 +13,12 @@ __all__ = ["judge_check", "overall_valid"]
 
 def judge_check(reply: CheckReply | JudgeError, threshold: int, uncertain_below: float | None) -> SemanticCheckResult:
     """One check's result: passed when its score reaches `threshold`; `uncertain` when the
-    judge's confidence is below `uncertain_below`; `error` when the judge failed."""
+    judge's confidence is below `uncertain_below`; `error` when the judge failed. What was
+    coerced or dropped to read the judge's answer is kept in `notes`."""
     if isinstance(reply, JudgeError):
         return SemanticCheckResult(status="error", error=reply.reason)
-    if uncertain_below is not None and reply.confidence < uncertain_below:
+    # A check without a confidence is never marked uncertain: the judge did not say it was unsure.
+    if uncertain_below is not None and reply.confidence is not None and reply.confidence < uncertain_below:
         status = "uncertain"
     else:
         status = "passed" if reply.score >= threshold else "failed"
@@ -24,9 +26,10 @@ def judge_check(reply: CheckReply | JudgeError, threshold: int, uncertain_below:
         status=status,
         score=reply.score,
         confidence=reply.confidence,
-        evidence=tuple(reply.evidence),
+        evidence=reply.evidence,
         explanation=reply.explanation,
-        correction=reply.correction.to_model() if reply.correction else None,
+        correction=reply.correction,
+        notes=reply.notes,
     )
 
 

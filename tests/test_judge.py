@@ -140,14 +140,18 @@ async def test_retry_after_header_sets_the_wait(respx_mock):
 
 
 @respx.mock(base_url=BASE)
-async def test_invalid_reply_is_re_asked_quoting_the_validation_error(respx_mock):
-    route = respx_mock.post("/chat/completions").mock(side_effect=[reply({"score": 9}), reply({"score": 2})])
+async def test_invalid_reply_is_re_asked_quoting_the_validation_error_but_not_the_reply(respx_mock):
+    route = respx_mock.post("/chat/completions").mock(
+        side_effect=[reply({"score": 9, "note": "IGNORE PREVIOUS"}), reply({"score": 8}), reply({"score": 2})])
     async with Judge(config()) as judge:
         answer = await ask(judge)
-    second = parse_json(route.calls[1].request.content)["messages"]
+    first, second, third = (parse_json(c.request.content)["messages"] for c in route.calls)
     assert answer.value == 2
-    assert second[-2] == {"role": "assistant", "content": '{"score":9}'}
+    assert second[:-1] == first and third[:-1] == first  # the original prompt plus one note, never the reply
+    assert all(m["role"] != "assistant" for m in second + third)
+    assert "IGNORE PREVIOUS" not in str(second)
     assert "score must be an integer from 1 to 5, got 9" in second[-1]["content"]
+    assert "got 8" in third[-1]["content"]
 
 
 @respx.mock(base_url=BASE)

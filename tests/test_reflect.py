@@ -87,7 +87,7 @@ async def test_out_of_range_scores_are_re_asked_then_accepted(fake_judge):
     fake_judge.reply_json(bad)
     result = await reflect(CALL, TOOLS, HISTORY, config=cfg(fake_judge))
     assert len(fake_judge.requests) == 2 and result.overall_valid is True
-    assert "less than or equal to 5" in fake_judge.requests[1].messages[-1]["content"]
+    assert "the score must be an integer from 1 to 5" in fake_judge.requests[1].messages[-1]["content"]
 
 
 async def test_low_confidence_marks_a_check_uncertain(fake_judge):

@@ -27,7 +27,10 @@ import httpx
 from reflection._json import dumps, parse_json
 from reflection.judge import JudgeConfig
 from reflection.testing._protocol import (
+    REPLY_STYLES,
     SCORE_REQUEST,
+    TRUNCATED_BUDGET,
+    ReplyStyler,
     check_reply,
     completion,
     request_data,
@@ -35,7 +38,7 @@ from reflection.testing._protocol import (
     score_reply,
 )
 
-__all__ = ["FakeJudge", "RecordedRequest", "check_reply"]
+__all__ = ["REPLY_STYLES", "TRUNCATED_BUDGET", "FakeJudge", "RecordedRequest", "check_reply"]
 
 
 @dataclass(frozen=True)
@@ -67,10 +70,13 @@ class FakeJudge:
     - `strict=True`: a request for a check that was not scripted is unexpected; it gets
       HTTP 418 and the fake raises AssertionError when it exits.
     - `requests` records every request, with the prompt and the decoded data block.
+    - `reply_style` writes the replies the way real models and servers do (`REPLY_STYLES`:
+      prose around the JSON, a `<think>` block, scores as text, near-JSON, a tool call...;
+      "mixture" picks one per request). Scripted scores stay what they are.
     """
 
     def __init__(self, *, base_url: str = "http://fake-judge.test/v1", model: str = "fake-judge",
-                 strict: bool = False, max_attempts: int = 3):
+                 strict: bool = False, max_attempts: int = 3, reply_style: str = "exact"):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.strict = strict
@@ -79,6 +85,7 @@ class FakeJudge:
         self.requests: list[RecordedRequest] = []
         self.unexpected: list[str] = []
         self._scripts: dict[str, dict[str, Any]] = {}
+        self._styler = ReplyStyler(reply_style)
         self._queued: collections.deque[tuple[str, Any]] = collections.deque()
         try:
             import respx  # the `testing` extra; imported here so the plugin loads without it
@@ -98,6 +105,15 @@ class FakeJudge:
             self._scripts[check] = check_reply(score, explanation=explanation, evidence=evidence,
                                                confidence=confidence, correction=correction)
         return self
+
+    @property
+    def reply_style(self) -> str:
+        """How replies are written (one of `REPLY_STYLES`); settable."""
+        return self._styler.style
+
+    @reply_style.setter
+    def reply_style(self, style: str) -> None:
+        self._styler = ReplyStyler(style)
 
     def fail(self, status: int = 500, times: int = 1, headers: dict[str, str] | None = None) -> FakeJudge:
         """Answer the next `times` requests with HTTP `status`."""
@@ -125,14 +141,14 @@ class FakeJudge:
             return httpx.Response(200, json=completion(value, body))
         if tuple(checks) == SCORE_REQUEST:
             reply = self._scripts.get("score") or score_reply(5, "fake judge default: pass")
-            return httpx.Response(200, json=completion(dumps(reply), body))
+            return httpx.Response(200, json=self._styler.completion(reply, body))
         unscripted = [c for c in checks if c not in self._scripts]
         if self.strict and unscripted:
             self.unexpected.append(f"request for unscripted checks {unscripted}")
             return httpx.Response(418, json={"error": {"message": f"strict fake judge: unscripted checks {unscripted}"}})
         reply = {name: self._scripts.get(name) or check_reply(5, explanation="fake judge default: pass")
                  for name in checks}
-        return httpx.Response(200, json=completion(dumps(reply), body))
+        return httpx.Response(200, json=self._styler.completion(reply, body))
 
     def __enter__(self) -> FakeJudge:
         self._router.__enter__()

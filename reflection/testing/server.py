@@ -5,12 +5,15 @@ connection, HTTP/1.1 keep-alive), so hundreds of concurrent slow requests cost n
 Replies follow the judge protocol deterministically: every check scores 5, except the
 hallucination check, which scores 2 when the request's grounding shows a value found nowhere.
 It can add latency and inject faults (429, 500, timeouts, non-JSON replies, out-of-range
-scores), and it stops by itself after `max_requests` requests or `idle_timeout` seconds idle.
+scores), write its replies the way real models do (`reply_style`, one of
+`reflection.testing.REPLY_STYLES`), and it stops by itself after `max_requests` requests or
+`idle_timeout` seconds idle.
 
     with StandInJudge(latency=0.05) as server:
         config = JudgeConfig(base_url=server.base_url, model="stand-in")
 
-Or as a process: `python -m reflection.testing.server --latency 0.05` prints its base URL.
+Or as a process: `python -m reflection.testing.server --latency 0.05 --reply-style mixture`
+prints its base URL.
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ import orjson
 
 from reflection._json import dumps
 from reflection.testing._protocol import (
+    REPLY_STYLES,
     SCORE_REQUEST,
+    TRUNCATED_BUDGET,
+    ReplyStyler,
     check_reply,
     completion,
     request_data,
@@ -75,6 +81,7 @@ class StandInJudge:
         idle_timeout: float = 120.0,
         port: int = 0,
         reject_json_schema: bool = False,
+        reply_style: str = "exact",
     ):
         unknown = set(faults) - set(FAULT_KINDS)
         if unknown:
@@ -86,6 +93,8 @@ class StandInJudge:
         self.max_requests = max_requests
         self.idle_timeout = idle_timeout
         self.reject_json_schema = reject_json_schema
+        self.styler = ReplyStyler(reply_style)
+        """Writes the replies in `reply_style`; its `counts` say how many went out per style."""
         self.port = port
         self.requests = 0
         self.fault_counts: collections.Counter[str] = collections.Counter()
@@ -173,7 +182,7 @@ class StandInJudge:
             for value in reply.values():
                 value["score"] = 7
             return 200, dumps(completion(dumps(reply), body)), {}, delay
-        return 200, dumps(completion(dumps(judge_reply(body)), body)), {}, delay
+        return 200, dumps(self.styler.completion(judge_reply(body), body)), {}, delay
 
 
 class _Connection(asyncio.Protocol):
@@ -339,11 +348,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fault-rate", type=float, default=0.0)
     parser.add_argument("--max-requests", type=int, default=1_000_000)
     parser.add_argument("--idle-timeout", type=float, default=120.0)
+    parser.add_argument("--reply-style", choices=REPLY_STYLES, default="exact",
+                        help="write replies as real models do; a truncated reply is sent whole to a request "
+                             f"whose completion budget is above {TRUNCATED_BUDGET} tokens")
     parser.add_argument("--transport-fault", choices=TRANSPORT_FAULTS, help="misbehave on the wire on every request")
     parser.add_argument("--status", type=int, default=401, help="the HTTP status of --transport-fault status")
     args = parser.parse_args(argv)
     options: dict[str, Any] = {"latency": args.latency, "fault_rate": args.fault_rate, "max_requests": args.max_requests,
-                               "idle_timeout": args.idle_timeout, "port": args.port}
+                               "idle_timeout": args.idle_timeout, "port": args.port, "reply_style": args.reply_style}
     server = (FaultyStandInJudge(transport_fault=args.transport_fault, status=args.status, **options)
               if args.transport_fault else StandInJudge(**options))
 

@@ -1,0 +1,19 @@
+"""Framework hooks: thin adapters from an agent framework's pre-execution hook to a `Gate`.
+
+One module per framework, each importing its framework only inside itself (install the
+matching extra):
+
+- `reflection.integrations.openai_agents` (`reflection[openai-agents]`): a tool input
+  guardrail for the OpenAI Agents SDK.
+- `reflection.integrations.langchain` (`reflection[langchain]`): `wrap_tool_call` middleware
+  for LangChain agents and a gated LangGraph `ToolNode`.
+- `reflection.integrations.pydantic_ai` (`reflection[pydantic-ai]`): a Pydantic AI capability.
+
+Everywhere, `allow` runs the call, `modify` runs the verified correction where the framework
+lets a hook change arguments, `reflect` and `deny` give the model the gate's feedback as the
+tool's result (nothing is raised), and `escalate` stops for a human in the framework's own way.
+"""
+
+from reflection.integrations._common import EscalationRequired
+
+__all__ = ["EscalationRequired"]

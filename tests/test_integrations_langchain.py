@@ -1,0 +1,169 @@
+"""LangChain middleware and the LangGraph ToolNode wrapper, run by the real packages with a
+scripted chat model (no network)."""
+
+import json
+from typing import Any, Literal
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+from reflection import Gate, GatePolicy, ReflectionConfig
+from reflection.integrations import EscalationRequired
+from reflection.integrations.langchain import ReflectionMiddleware, reflection_tool_node
+from reflection.testing import FakeJudge, check_reply
+
+QUESTION = "Order ORD-1042 arrived broken, please refund the 49.90 I paid."
+FAIL_HALLUCINATION = {name: check_reply(5) for name in (
+    "general_value_format_alignment", "function_selection_appropriateness", "agentic_constraints_satisfaction")}
+FAIL_HALLUCINATION["general_hallucination_check"] = check_reply(
+    1, explanation="order ORD-999 appears nowhere; the user gave ORD-1042", evidence=["Order ORD-1042"])
+
+
+class ScriptedChatModel(FakeMessagesListChatModel):
+    """LangChain's fake list model, able to 'bind' tools, recording what it was sent."""
+
+    seen: list = []
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> "ScriptedChatModel":
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        self.seen.append(list(messages))
+        return super()._generate(messages, stop, run_manager, **kwargs)
+
+
+def calls(*steps: tuple[str, dict, str] | str) -> list[AIMessage]:
+    """AI messages: a (tool, args, call id) step proposes a call, a string answers."""
+    return [AIMessage(content=s) if isinstance(s, str) else
+            AIMessage(content="", tool_calls=[{"name": s[0], "args": s[1], "id": s[2], "type": "tool_call"}])
+            for s in steps]
+
+
+def make_tools(refunds: list) -> list:
+    @tool
+    def refund_order(order_id: str, amount: float) -> str:
+        """Refund an order.
+
+        Args:
+            order_id: Order id, e.g. ORD-1042.
+            amount: Amount in the order's currency.
+        """
+        refunds.append({"order_id": order_id, "amount": amount})
+        return f"refunded {amount} on {order_id}"
+
+    @tool
+    def get_order(order_id: str) -> str:
+        """Look up an order by id."""
+        return "{}"
+
+    return [refund_order, get_order]
+
+
+def tool_results(state: dict) -> dict[str, ToolMessage]:
+    return {m.tool_call_id: m for m in state["messages"] if isinstance(m, ToolMessage)}
+
+
+@pytest.mark.parametrize("on_invalid", ["reflect", "deny"])
+async def test_middleware_answers_an_invalid_call_with_the_feedback_and_runs_the_fixed_one(on_invalid):
+    refunds: list = []
+    tools = make_tools(refunds)
+    model = ScriptedChatModel(seen=[], responses=calls(
+        ("refund_order", {"order_id": "ORD-999", "amount": 49.9}, "c1"),
+        ("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, "c2"),
+        "Refunded 49.90 on ORD-1042."))
+    with FakeJudge() as fake:
+        fake.reply_json(FAIL_HALLUCINATION)
+        async with Gate(ReflectionConfig(judge=fake.config), policy=GatePolicy(on_invalid=on_invalid)) as gate:
+            agent = create_agent(model, tools, system_prompt="You handle refunds.",
+                                 middleware=[ReflectionMiddleware(gate, tools=tools)])
+            state = await agent.ainvoke({"messages": [HumanMessage(QUESTION)]})
+    assert refunds == [{"order_id": "ORD-1042", "amount": 49.9}]
+    results = tool_results(state)
+    assert results["c1"].status == "error"
+    assert results["c1"].content.startswith("The call to refund_order was not run.")
+    assert "order ORD-999 appears nowhere" in results["c1"].content
+    assert results["c2"].content == "refunded 49.9 on ORD-1042"
+    assert any(isinstance(m, ToolMessage) and m.tool_call_id == "c1" for m in model.seen[1])  # the model saw it
+    assert state["messages"][-1].content == "Refunded 49.90 on ORD-1042."
+    seen = fake.requests[0].data
+    assert seen["tool_call"] == {"name": "refund_order", "arguments": {"order_id": "ORD-999", "amount": 49.9}}
+    assert QUESTION in json.dumps(seen) and "get_order" in fake.requests[0].prompt
+    assert "ORD-999" not in json.dumps(seen["conversation"])  # the proposing turn is not history
+    later = fake.requests[1].data["conversation"]  # the retry is judged knowing what happened
+    assert [m["role"] for m in later[-2:]] == ["assistant", "tool"]
+    assert later[-2]["tool_calls"][0]["arguments"]["order_id"] == "ORD-999"
+    assert later[-1]["content"].startswith("The call to refund_order was not run.")
+
+
+def test_sync_middleware_runs_the_verified_correction_where_the_tool_would_reject_the_call():
+    readings: list = []
+
+    @tool
+    def get_weather(city: str, units: Literal["celsius", "fahrenheit"]) -> str:
+        """Weather for a city."""
+        readings.append({"city": city, "units": units})
+        return "12 degrees"
+
+    model = ScriptedChatModel(seen=[], responses=calls(("get_weather", {"city": "Oslo", "units": "Celsius"}, "c1"), "done"))
+    with Gate(ReflectionConfig()) as gate:  # no judge: the static checks decide
+        agent = create_agent(model, [get_weather], middleware=[ReflectionMiddleware(gate, tools=[get_weather])])
+        state = agent.invoke({"messages": [HumanMessage("Weather in Oslo, in Celsius?")]})
+    # "Celsius" fails the tool's own validation; the gate's verified correction is what ran.
+    assert readings == [{"city": "Oslo", "units": "celsius"}]
+    assert tool_results(state)["c1"].content == "12 degrees"
+
+
+async def test_middleware_escalate_raises_with_the_decision():
+    refunds: list = []
+    tools = make_tools(refunds)
+    model = ScriptedChatModel(seen=[], responses=calls(("refund_order", {"order_id": "ORD-999", "amount": 49.9}, "c1")))
+    with FakeJudge() as fake:
+        fake.reply_json(FAIL_HALLUCINATION)
+        async with Gate(ReflectionConfig(judge=fake.config), policy=GatePolicy(on_invalid="escalate")) as gate:
+            agent = create_agent(model, tools, middleware=[ReflectionMiddleware(gate, tools=tools)])
+            with pytest.raises(EscalationRequired) as raised:
+                await agent.ainvoke({"messages": [HumanMessage(QUESTION)]})
+    assert refunds == []
+    assert raised.value.decision.action == "escalate" and raised.value.decision.tool == "refund_order"
+
+
+def graph_with(node, model) -> Any:
+    def call_model(state: MessagesState) -> dict:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    def route(state: MessagesState) -> str:
+        return "tools" if state["messages"][-1].tool_calls else END
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", call_model)
+    graph.add_node("tools", node)
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", route, ["tools", END])
+    graph.add_edge("tools", "model")
+    return graph.compile()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_gated_tool_node_in_a_graph_blocks_then_runs(mode):
+    refunds: list = []
+    tools = make_tools(refunds)
+    model = ScriptedChatModel(seen=[], responses=calls(
+        ("refund_order", {"order_id": "ORD-999", "amount": 49.9}, "c1"),
+        ("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, "c2"),
+        "done"))
+    with FakeJudge() as fake:
+        fake.reply_json(FAIL_HALLUCINATION)
+        async with Gate(ReflectionConfig(judge=fake.config)) as gate:
+            app = graph_with(reflection_tool_node(tools, gate), model)
+            start = {"messages": [HumanMessage(QUESTION)]}
+            state = app.invoke(start) if mode == "sync" else await app.ainvoke(start)
+            gate.close() if mode == "sync" else None
+    assert refunds == [{"order_id": "ORD-1042", "amount": 49.9}]
+    results = tool_results(state)
+    assert results["c1"].status == "error" and "order ORD-999 appears nowhere" in results["c1"].content
+    assert results["c2"].content == "refunded 49.9 on ORD-1042"
+    assert "get_order" in fake.requests[0].prompt  # the node knows every tool

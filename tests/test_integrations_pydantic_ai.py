@@ -1,0 +1,131 @@
+"""The Pydantic AI capability, run by the real framework with its FunctionModel (no network)."""
+
+import json
+from typing import Literal
+
+from pydantic_ai import Agent, DeferredToolRequests
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from reflection import Gate, GatePolicy, ReflectionConfig
+from reflection.integrations.pydantic_ai import ReflectionCapability
+from reflection.testing import FakeJudge, check_reply
+
+INSTRUCTIONS = "You handle refunds. Today is 2026-03-10."
+QUESTION = "Order ORD-1042 arrived broken, please refund the 49.90 I paid."
+FAIL_HALLUCINATION = {name: check_reply(5) for name in (
+    "general_value_format_alignment", "function_selection_appropriateness", "agentic_constraints_satisfaction")}
+FAIL_HALLUCINATION["general_hallucination_check"] = check_reply(
+    1, explanation="order ORD-999 appears nowhere; the user gave ORD-1042", evidence=["Order ORD-1042"])
+
+
+def scripted(*steps: tuple[str, dict, str] | str) -> tuple[FunctionModel, list[list[ModelMessage]]]:
+    """A model that answers step by step: a (tool, args, call id) step calls a tool, a string ends."""
+    seen: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        step = steps[len(seen)]
+        seen.append(list(messages))
+        if isinstance(step, str):
+            return ModelResponse(parts=[TextPart(step)])
+        return ModelResponse(parts=[ToolCallPart(step[0], step[1], tool_call_id=step[2])])
+
+    return FunctionModel(respond), seen
+
+
+def build(gate: Gate, model: FunctionModel, **kwargs) -> tuple[Agent, list[dict]]:
+    refunds: list[dict] = []
+    agent = Agent(model, instructions=INSTRUCTIONS, capabilities=[ReflectionCapability(gate)], **kwargs)
+
+    @agent.tool_plain
+    def refund_order(order_id: str, amount: float) -> str:
+        """Refund an order.
+
+        Args:
+            order_id: Order id, e.g. ORD-1042.
+            amount: Amount in the order's currency.
+        """
+        refunds.append({"order_id": order_id, "amount": amount})
+        return f"refunded {amount} on {order_id}"
+
+    @agent.tool_plain
+    def get_order(order_id: str) -> str:
+        """Look up an order by id."""
+        return "{}"
+
+    return agent, refunds
+
+
+def tool_returns(messages: list[ModelMessage]) -> dict[str, str]:
+    return {p.tool_call_id: p.content for m in messages if isinstance(m, ModelRequest)
+            for p in m.parts if isinstance(p, ToolReturnPart)}
+
+
+async def test_an_invalid_call_is_answered_with_the_feedback_and_the_fixed_one_runs():
+    model, seen = scripted(("refund_order", {"order_id": "ORD-999", "amount": 49.9}, "c1"),
+                           ("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, "c2"),
+                           "Refunded 49.90 on ORD-1042.")
+    with FakeJudge() as fake:
+        fake.reply_json(FAIL_HALLUCINATION)
+        async with Gate(ReflectionConfig(judge=fake.config)) as gate:
+            agent, refunds = build(gate, model)
+            result = await agent.run(QUESTION)
+    assert refunds == [{"order_id": "ORD-1042", "amount": 49.9}]
+    returns = tool_returns(seen[1])  # what the model was shown before its second call
+    assert returns["c1"].startswith("The call to refund_order was not run.")
+    assert "order ORD-999 appears nowhere" in returns["c1"]
+    assert tool_returns(seen[2])["c2"] == "refunded 49.9 on ORD-1042"
+    assert result.output == "Refunded 49.90 on ORD-1042."
+    data = fake.requests[0].data
+    assert data["tool_call"] == {"name": "refund_order", "arguments": {"order_id": "ORD-999", "amount": 49.9}}
+    conversation = json.dumps(data["conversation"])
+    assert INSTRUCTIONS in conversation and QUESTION in conversation and "ORD-999" not in conversation
+    assert "get_order" in fake.requests[0].prompt
+    later = fake.requests[1].data["conversation"]  # the retry is judged knowing what happened
+    assert [m["role"] for m in later[-2:]] == ["assistant", "tool"]
+    assert later[-2]["tool_calls"][0]["arguments"]["order_id"] == "ORD-999"
+    assert later[-1]["content"].startswith("The call to refund_order was not run.")
+
+
+async def test_deny_never_spends_a_retry_even_when_repeated():
+    model, _ = scripted(*[("refund_order", {"order_id": "ORD-999", "amount": 49.9}, f"c{i}") for i in range(4)], "gave up")
+    with FakeJudge() as fake:
+        fake.script("general_hallucination_check", score=1, explanation="order ORD-999 appears nowhere")
+        async with Gate(ReflectionConfig(judge=fake.config), policy=GatePolicy(on_invalid="deny")) as gate:
+            agent, refunds = build(gate, model)
+            result = await agent.run(QUESTION)
+    assert refunds == [] and result.output == "gave up"
+
+
+async def test_a_correction_the_tool_would_reject_is_validated_and_run():
+    readings: list = []
+    model, _ = scripted(("get_weather", {"city": "Oslo", "units": "Celsius"}, "c1"), "12 degrees")
+    with Gate(ReflectionConfig()) as gate:  # no judge: the static checks decide
+        agent = Agent(model, capabilities=[ReflectionCapability(gate)])
+
+        @agent.tool_plain
+        def get_weather(city: str, units: Literal["celsius", "fahrenheit"]) -> str:
+            """Weather for a city."""
+            readings.append({"city": city, "units": units})
+            return "12"
+
+        await agent.run("Weather in Oslo, in Celsius?")
+    assert readings == [{"city": "Oslo", "units": "celsius"}]
+
+
+async def test_escalate_defers_the_call_for_a_person_and_an_approved_call_runs():
+    model, _ = scripted(("refund_order", {"order_id": "ORD-999", "amount": 49.9}, "c1"), "Refund done.")
+    with FakeJudge() as fake:
+        fake.script("general_hallucination_check", score=1, explanation="order ORD-999 appears nowhere")
+        async with Gate(ReflectionConfig(judge=fake.config), policy=GatePolicy(on_invalid="escalate")) as gate:
+            agent, refunds = build(gate, model, output_type=[str, DeferredToolRequests])
+            first = await agent.run(QUESTION)
+            assert isinstance(first.output, DeferredToolRequests) and refunds == []
+            (pending,) = first.output.approvals
+            assert pending.tool_call_id == "c1"
+            decision = first.output.metadata["c1"]["reflection"]
+            assert decision["action"] == "escalate" and decision["tool"] == "refund_order"
+            second = await agent.run(message_history=first.all_messages(),
+                                     deferred_tool_results=first.output.build_results(approve_all=True))
+    assert refunds == [{"order_id": "ORD-999", "amount": 49.9}]  # a person approved it
+    assert second.output == "Refund done."
