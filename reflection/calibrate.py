@@ -620,7 +620,7 @@ def calibrate_command(
     from rich.console import Console
 
     from reflection.batch.runner import default_cache_path
-    from reflection.cli import load_config  # imported late: the cli module imports this one
+    from reflection.config import load_config
 
     def fail(message: str) -> typer.Exit:
         typer.echo(f"error: {_printable(message)}", err=True)
@@ -633,8 +633,8 @@ def calibrate_command(
             raise fail(f"{path} is a directory; give a file name")
     try:
         cfg = load_config(config, base_url=base_url, model=model)
-    except ValueError as exc:
-        raise fail(f"invalid configuration: {exc}") from None
+    except ValueError as exc:  # ConfigError: its message says what is wrong and where
+        raise fail(str(exc)) from None
     if plots is not None:
         try:
             import matplotlib  # noqa: F401 - fail before reflecting anything, not after

@@ -9,12 +9,13 @@ from typing import Any
 import anyio
 import typer
 
+from reflection._cli_common import open_text_output, refuse_input_as_output, user_errors
 from reflection._json import dumps
+from reflection._log import warnings_to_stderr
 from reflection.batch import reflect_dataset
 from reflection.batch._cli import batch, report
-from reflection.config import ReflectionConfig
-from reflection._log import warnings_to_stderr
-from reflection.judge import JudgeFatalError
+from reflection.batch.inputs import check_input
+from reflection.config import ReflectionConfig, load_config
 from reflection.scoring._cli import score
 from reflection.service._cli import mcp_proxy, serve
 
@@ -27,28 +28,10 @@ def _root() -> None:
     """Check LLM agents' tool calls before they execute, and score them against references."""
 
 
-def load_config(config: Path | None, *, static_only: bool = False, **flags: Any) -> ReflectionConfig:
-    """Config from a YAML file, the environment (REFLECTION_*), then flags; `static_only` drops the judge."""
-    judge_flags = {k: v for k, v in flags.items() if k in ("base_url", "model") and v is not None}
-    other = {k: v for k, v in flags.items() if k not in ("base_url", "model") and v is not None}
-    overrides: dict[str, Any] = dict(other)
-    if judge_flags:
-        overrides["judge"] = judge_flags
-    cfg = ReflectionConfig.from_file(config, **overrides) if config else ReflectionConfig(**_merge_env(overrides))
-    return cfg.model_copy(update={"judge": None}) if static_only else cfg
-
-
-def _merge_env(overrides: dict[str, Any]) -> dict[str, Any]:
-    """Flags over the environment, keeping env-set judge fields a flag does not name."""
-    env = ReflectionConfig().model_dump(exclude_unset=True)
-    if "judge" in overrides and isinstance(env.get("judge"), dict):
-        overrides = {**overrides, "judge": {**env["judge"], **overrides["judge"]}}
-    return {**env, **overrides}
-
-
 @app.command()
+@user_errors
 def check(
-    input: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON Lines rows {id, tools, history, call | tool_calls}."),
+    input: Path = typer.Argument(..., help="Rows {id, tools, history, call | tool_calls}: .jsonl, .json (array), .csv or .parquet, as for batch."),
     output: Path | None = typer.Option(None, "-o", "--output", help="Write result rows here (default: stdout)."),
     static_only: bool = typer.Option(False, "--static-only", help="Run only the static checks and grounding."),
     config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help="YAML config (see config.example.yaml)."),
@@ -60,15 +43,14 @@ def check(
     """Reflect every row of INPUT and write one JSON result row per input row."""
     warnings_to_stderr()
     cfg = load_config(config, static_only=static_only, base_url=base_url, model=model, mode=mode)
+    check_input(input)
+    refuse_input_as_output(output, input)
+    out = open_text_output(output) if output else sys.stdout
     if cfg.judge is None:
         reason = "--static-only" if static_only else "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
         typer.echo(f"judge skipped: {reason}; running static checks and grounding only", err=True)
-    out = output.open("w", encoding="utf-8") if output else sys.stdout
-    try:
+    try:  # a judge that cannot answer at all (JudgeFatalError) stops the run: a user error
         counts = anyio.run(_check_file, input, out, cfg, concurrency)
-    except JudgeFatalError as exc:  # the endpoint cannot answer any row: stop at the first such error
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
     finally:
         if output:
             out.close()
@@ -78,7 +60,7 @@ def check(
 
 async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: int) -> dict[str, int]:
     counts = {"rows": 0, "valid": 0, "invalid": 0, "unknown": 0, "error": 0}
-    async for row in reflect_dataset(path, config=cfg, concurrency=concurrency, format="jsonl"):
+    async for row in reflect_dataset(path, config=cfg, concurrency=concurrency):
         counts["rows"] += 1
         key = "error" if "error" in row else {True: "valid", False: "invalid", None: "unknown"}[row["overall_valid"]]
         counts[key] += 1
@@ -93,3 +75,6 @@ app.command("serve", help="Run the reflection service and the OpenAI-compatible 
 app.command("mcp-proxy", help="Check the tool calls of an MCP server run over stdio: reflection mcp-proxy -- COMMAND ARGS...")(mcp_proxy)
 app.command("calibrate", help="Calibrate thresholds on labelled calls: confusion matrices, sweeps, suggestions.")(
     __import__("reflection.calibrate", fromlist=["calibrate_command"]).calibrate_command)
+
+if __name__ == "__main__":  # pragma: no cover - `python -m reflection.cli`, as the `reflection` script
+    app()

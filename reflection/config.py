@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reflection.judge import JudgeConfig
@@ -48,6 +49,15 @@ class UpstreamConfig(BaseModel):
     """Times a refused call is sent back to the model with its feedback before `reflect_fallback`."""
     reflect_fallback: Literal["deny", "escalate"] = "deny"
     """What a call still refused after `max_reflect_rounds` re-asks gets."""
+
+
+DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
+"""The default longest dataset line read (64 MiB)."""
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used: unreadable or malformed YAML, an unknown key, a bad value.
+    The message is one line a person can act on."""
 
 
 GateAction = Literal["allow", "modify", "reflect", "deny", "escalate"]
@@ -137,6 +147,9 @@ class ReflectionConfig(BaseSettings):
     wordnet: Path | None = None
     """A WordNet database directory for METEOR's synonyms in `reflection score` (also
     `REFLECTION_WORDNET`); unset: NLTK's data path, then Debian's /usr/share/wordnet."""
+    max_line_bytes: int = Field(default=DEFAULT_MAX_LINE_BYTES, ge=1)
+    """Dataset lines (JSON Lines, CSV) longer than this become error rows, so memory stays
+    bounded whatever the input."""
 
     @field_validator("checks")
     @classmethod
@@ -167,6 +180,66 @@ class ReflectionConfig(BaseSettings):
         env = cls()  # environment only
         merged = _deep_merge(data, env.model_dump(exclude_unset=True))
         return cls(**_deep_merge(merged, overrides))
+
+
+def load_config(path: str | Path | None = None, *, static_only: bool = False, **flags: Any) -> ReflectionConfig:
+    """The configuration the commands use: a YAML file, then the environment (`REFLECTION_*`),
+    then `flags` (`base_url` and `model` go to the judge; None means not given). `static_only`
+    drops the judge. Raises `ConfigError` with a one-line message for anything unusable."""
+    judge_flags = {k: v for k, v in flags.items() if k in ("base_url", "model") and v is not None}
+    overrides: dict[str, Any] = {k: v for k, v in flags.items() if k not in ("base_url", "model") and v is not None}
+    if judge_flags:
+        overrides["judge"] = judge_flags
+    where = f" in {path}" if path else ""
+    try:
+        cfg = ReflectionConfig.from_file(path, **overrides) if path else ReflectionConfig(**_merge_env(overrides))
+    except ValidationError as exc:
+        raise ConfigError(f"invalid configuration{where}: {_describe(exc)}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path} is not valid YAML{at}: {problem}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # from_file's own checks (e.g. not a mapping)
+        raise ConfigError(f"invalid configuration{where}: {exc}") from None
+    return cfg.model_copy(update={"judge": None}) if static_only else cfg
+
+
+def _describe(exc: ValidationError) -> str:
+    """A pydantic error as one line: each problem's key path and message, with a suggestion for
+    a misspelt key."""
+    parts = []
+    for error in exc.errors():
+        loc = ".".join(str(part) for part in error["loc"])
+        if error["type"] == "extra_forbidden":
+            parts.append(f"unknown key {loc!r}" + _suggest(error["loc"]))
+        else:
+            parts.append(f"{loc or 'config'}: {error['msg']}")
+    return "; ".join(parts)
+
+
+def _suggest(loc: tuple[Any, ...]) -> str:
+    model: Any = ReflectionConfig
+    for part in loc[:-1]:  # walk nested models (judge.<key>)
+        field = getattr(model, "model_fields", {}).get(part)
+        annotation = getattr(field, "annotation", None)
+        model = next((a for a in getattr(annotation, "__args__", (annotation,)) if hasattr(a, "model_fields")), None)
+        if model is None:
+            return ""
+    close = difflib.get_close_matches(str(loc[-1]), list(getattr(model, "model_fields", {})), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _merge_env(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Flags over the environment, keeping env-set judge fields a flag does not name."""
+    env = ReflectionConfig().model_dump(exclude_unset=True)
+    if "judge" in overrides and isinstance(env.get("judge"), dict):
+        overrides = {**overrides, "judge": {**env["judge"], **overrides["judge"]}}
+    return {**env, **overrides}
 
 
 def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:

@@ -160,7 +160,7 @@ class Reflector:
 
 
 async def reflect(
-    call: Any, spec: Any, history: Any = None, *, config: ReflectionConfig | None = None
+    call: Any, tools: Any, history: Any = None, *, config: ReflectionConfig | None = None
 ) -> ReflectionResult | list[ReflectionResult]:
     """Reflect one proposed call (or several parallel calls) against the tool specs and the
     conversation that led to it. With no judge in `config`, runs the static stage and grounding.
@@ -168,18 +168,18 @@ async def reflect(
     For many calls, build one `Reflector` and reuse it: it keeps the connection pool warm.
     """
     async with Reflector(config) as reflector:
-        return await reflector.reflect(call, spec, history)
+        return await reflector.reflect(call, tools, history)
 
 
 def reflect_sync(
-    call: Any, spec: Any, history: Any = None, *, config: ReflectionConfig | None = None
+    call: Any, tools: Any, history: Any = None, *, config: ReflectionConfig | None = None
 ) -> ReflectionResult | list[ReflectionResult]:
     """Blocking `reflect()`. Safe inside a running event loop (Jupyter): then it runs the
     reflection on a worker thread with its own loop."""
     try:
         sniffio.current_async_library()
     except sniffio.AsyncLibraryNotFoundError:
-        return anyio.run(lambda: reflect(call, spec, history, config=config))
+        return anyio.run(lambda: reflect(call, tools, history, config=config))
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(anyio.run, lambda: reflect(call, spec, history, config=config)).result()
+        return pool.submit(anyio.run, lambda: reflect(call, tools, history, config=config)).result()
 

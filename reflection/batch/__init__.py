@@ -10,7 +10,7 @@ in `reflection.batch.ray` (needs the `ray` extra).
 """
 
 from reflection._cache import SQLiteJudgeCache
-from reflection.batch._output import OutputCorrupt
+from reflection.batch._output import OutputCorrupt, OutputLocked
 from reflection.batch.html import BatchHtmlReport, ScoreHtmlReport, batch_report_html
 from reflection.batch.inputs import SourceRow, read_source
 from reflection.batch.report import BatchReport, build_report, read_report, render_report
@@ -22,6 +22,7 @@ __all__ = [
     "BatchReport",
     "BatchStats",
     "OutputCorrupt",
+    "OutputLocked",
     "SQLiteJudgeCache",
     "ScoreHtmlReport",
     "SourceRow",

@@ -12,17 +12,14 @@ import anyio
 import typer
 from rich.console import Console
 
-from reflection.batch._output import OutputCorrupt
+from reflection._cli_common import plain, user_errors
+from reflection._log import warnings_to_stderr
 from reflection.batch.progress import make_progress
 from reflection.batch.report import read_report, render_report
 from reflection.batch.runner import BatchStats, default_cache_path, run_batch
-from reflection._log import warnings_to_stderr
-from reflection.judge import JudgeFatalError
+from reflection.config import load_config
 
 __all__ = ["batch", "report"]
-
-# JudgeFatalError: a judge endpoint that cannot answer (401/403/404/refused) stops the run.
-_USER_ERRORS = (ValueError, FileNotFoundError, OutputCorrupt, ImportError, OSError, JudgeFatalError)
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -33,11 +30,7 @@ def _console(*, stderr: bool = False) -> Console:
     return console if console.is_terminal else Console(width=120, **options)
 
 
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(2)
-
-
+@user_errors
 def batch(
     input: Path = typer.Argument(..., help="Dataset: .jsonl, .json (array), .csv (JSON columns) or .parquet."),
     output: Path = typer.Option(..., "-o", "--output", help="Result rows (JSON Lines); rerun to resume."),
@@ -57,12 +50,7 @@ def batch(
 ) -> None:
     """Reflect every row of INPUT into OUTPUT, one result row per input row (any order), then print the report."""
     warnings_to_stderr()
-    from reflection.cli import load_config  # the shared flag/env/file merge; imported late (cli imports us)
-
-    try:
-        cfg = load_config(config, static_only=static_only, base_url=base_url, model=model, mode=mode)
-    except ValueError as exc:
-        raise _fail(f"invalid configuration: {exc}") from None
+    cfg = load_config(config, static_only=static_only, base_url=base_url, model=model, mode=mode)
     err = _console(stderr=True)
     if cfg.judge is None:
         reason = "--static-only" if static_only else "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
@@ -74,11 +62,10 @@ def batch(
             cache_path=cache_file, progress=make_progress(err, enabled=progress), retry_unknown=retry_unknown,
         ))
     except KeyboardInterrupt:
-        err.print(f"interrupted: the rows written so far are in {output}; rerun the same command to resume", markup=False)
+        err.print(f"interrupted: the rows written so far are in {plain(output)}; rerun the same command to resume",
+                  markup=False)
         raise typer.Exit(130) from None
-    except _USER_ERRORS as exc:
-        raise _fail(str(exc)) from None
-    notes = [f"wrote {stats.written:,} rows to {output} in {stats.seconds:,.1f} s"]
+    notes = [f"wrote {stats.written:,} rows to {plain(output)} in {stats.seconds:,.1f} s"]
     if stats.skipped:
         notes.append(f"{stats.skipped:,} already there (skipped)")
     if stats.retried:
@@ -89,11 +76,12 @@ def batch(
         notes.append(f"cut a partial last line ({stats.truncated_bytes:,} bytes) left by an interrupted run")
     if cfg.judge is not None:
         notes.append(f"{stats.judge_requests:,} judge requests"
-                     + (f", {stats.cache_hits:,} cache hits ({cache_file})" if cache_file else ", cache off"))
+                     + (f", {stats.cache_hits:,} cache hits ({plain(cache_file)})" if cache_file else ", cache off"))
     err.print("; ".join(notes), markup=False)
     _print_report(output, json_report)
 
 
+@user_errors
 def report(
     output: Path = typer.Argument(..., help="A batch output file (JSON Lines)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
@@ -102,21 +90,16 @@ def report(
 ) -> None:
     """Summarise a batch output file: verdict counts, mean of each flat key, top failing checks, judge cost, latency."""
     if not output.is_file():
-        raise _fail(f"output file not found: {output}")
+        raise FileNotFoundError(2, "output file not found", str(output))
     if html_out is not None and not html_out.parent.is_dir():
-        raise _fail(f"cannot write the HTML report: no folder {str(html_out.parent)!r}")
-    try:
-        _print_report(output, json_out)
-        if html_out is not None:
-            from reflection.batch._output import iter_output_rows
-            from reflection.batch.html import batch_report_html, write_html
+        raise ValueError(f"cannot write the HTML report: no folder {str(html_out.parent)!r}")
+    _print_report(output, json_out)
+    if html_out is not None:  # an OSError writing it is a user error like any other
+        from reflection.batch._output import iter_output_rows
+        from reflection.batch.html import batch_report_html, write_html
 
-            write_html(html_out, batch_report_html(iter_output_rows(output), source=output))
-            typer.echo(f"wrote the HTML report to {html_out}", err=True)
-    except OutputCorrupt as exc:
-        raise _fail(str(exc)) from None
-    except OSError as exc:  # the HTML file cannot be written there
-        raise _fail(str(exc)) from None
+        write_html(html_out, batch_report_html(iter_output_rows(output), source=output))
+        typer.echo(f"wrote the HTML report to {plain(html_out)}", err=True)
 
 
 def _print_report(output: Path, as_json: bool) -> None:

@@ -2,14 +2,18 @@
 
 Each row is appended as one complete line by one unbuffered `os.write` (looping only on a
 short write), so a kill -9 loses at most the rows still in flight and can only leave the
-last line partial. On open, that partial line is cut off and the ids already written are
-read back, so a rerun skips them. The file is fsynced every `fsync_rows` rows or
-`fsync_seconds` seconds, and on close, which bounds what a power loss can take.
+last line partial: a last line without a newline. On open, that partial line is cut off and
+the ids already written are read back, so a rerun skips them. A file with any complete line
+that is not a result row was not written by us and is refused, never changed. The file is
+fsynced every `fsync_rows` rows or `fsync_seconds` seconds, and on close, which bounds what a
+power loss can take. While open, the file holds an exclusive `flock`, so a second run on the
+same output stops at once instead of writing every id again.
 
 Rows whose judge failed (`judge_failed`) can be asked again: `drop()` removes them before the
 run appends their new rows, by writing the rest to a temporary file beside the output and
 renaming it over the output (atomic: a crash leaves either the old file or the new one, and
-never an id twice). That is the only time a written row changes.
+never an id twice). That is the only time a written row changes; the lock moves to the new
+file before the rename, so no other run can slip in between.
 """
 
 from __future__ import annotations
@@ -22,11 +26,49 @@ from typing import Any
 
 from reflection._json import dumps, parse_json
 
-__all__ = ["OutputCorrupt", "OutputFile", "iter_output_rows", "judge_failed"]
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: runs go unlocked
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["OutputCorrupt", "OutputFile", "OutputLocked", "iter_output_rows", "judge_failed"]
 
 
 class OutputCorrupt(ValueError):
-    """The output file has a line in the middle that is not a result row."""
+    """The output file has a line that is not a result row: it was not written by `reflection batch` alone."""
+
+
+class OutputLocked(RuntimeError):
+    """Another process is writing the output file."""
+
+
+def _lock_holder(fd: int) -> int | None:
+    """The pid holding a `flock` on the file behind `fd`, from /proc/locks (Linux), else None."""
+    st = os.fstat(fd)
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            for line in locks:
+                fields = line.split()
+                # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" (blocked waiters have "->")
+                if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == inode and fields[4].isdigit():
+                    return int(fields[4])
+    except OSError:
+        pass
+    return None
+
+
+def _lock(fd: int, path: Path) -> None:
+    """Take the exclusive lock on an open output file, or raise OutputLocked naming the holder."""
+    if fcntl is None:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _lock_holder(fd)
+        who = f"process {holder}" if holder is not None else "another process"
+        raise OutputLocked(f"{path} is being written by {who}; wait for that run to finish "
+                           "or choose another output file") from None
 
 
 def _row(line: bytes) -> dict[str, Any] | None:
@@ -38,6 +80,19 @@ def _row(line: bytes) -> dict[str, Any] | None:
     if not isinstance(row, dict) or not isinstance(row.get("id"), str):
         return None
     return row
+
+
+def _partial_row(line: bytes) -> bool:
+    """Whether a last line without a newline is the start of a row a killed run was writing
+    (rows start with `{"id"`), and not a complete line of some other file."""
+    text = line.lstrip()
+    if not text.startswith(b"{"):
+        return False
+    try:
+        parse_json(text)
+    except ValueError:
+        return True  # cut short
+    return _row(text) is not None  # a whole row that lost only its newline
 
 
 def judge_failed(row: dict[str, Any]) -> bool:
@@ -78,39 +133,45 @@ class OutputFile:
         self.close()
 
     def open(self) -> set[str]:
-        """Read back the ids already written, cut a partial last line, and open for append."""
+        """Lock the file, read back the ids already written, cut a partial last line, and open for append."""
+        if self.path.is_dir():
+            raise IsADirectoryError(21, "is a directory; give a file name for the output", str(self.path))
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        keep = self._scan() if self.path.exists() else 0
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        size = os.fstat(self._fd).st_size
-        if keep < size:
-            os.ftruncate(self._fd, keep)
-            os.fsync(self._fd)
-            self.truncated_bytes = size - keep
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            _lock(fd, self.path)
+            keep = self._scan()
+            size = os.fstat(fd).st_size
+            if keep < size:
+                os.ftruncate(fd, keep)
+                os.fsync(fd)
+                self.truncated_bytes = size - keep
+        except BaseException:
+            os.close(fd)  # also releases the lock
+            raise
+        self._fd = fd
         return self.existing_ids
 
     def _scan(self) -> int:
-        """Collect ids; return the byte length of the good prefix (everything but a bad last line)."""
+        """Collect ids; return the byte length to keep (all but a partial last line)."""
         offset = 0
-        bad: tuple[int, int] | None = None  # (line number, offset) of an unreadable line
         with self.path.open("rb") as f:
             for number, line in enumerate(f, start=1):
-                if bad is not None and line.strip():
-                    raise OutputCorrupt(
-                        f"{self.path}: line {bad[0]} is not a result row, and it is not the last line; "
-                        "this file was not written by `reflection batch` alone. Fix or remove that line, "
-                        "or choose another output file."
-                    )
                 if line.strip():
                     row = _row(line) if line.endswith(b"\n") else None
                     if row is None:
-                        bad = (number, offset)
-                    else:
-                        self.existing_ids.add(row["id"])
-                        if self.retry is not None and self.retry(row):
-                            self.retry_ids.add(row["id"])
+                        if not line.endswith(b"\n") and _partial_row(line):
+                            return offset  # the last line, cut short by a killed run
+                        raise OutputCorrupt(
+                            f"{self.path}: line {number} is not a result row; this file was not written "
+                            "by `reflection batch` alone, so it is left unchanged. Choose another output "
+                            "file, or fix or remove that line."
+                        )
+                    self.existing_ids.add(row["id"])
+                    if self.retry is not None and self.retry(row):
+                        self.retry_ids.add(row["id"])
                 offset += len(line)
-        return bad[1] if bad is not None else offset
+        return offset
 
     def drop(self, ids: Collection[str]) -> int:
         """Remove the rows with these ids (among `retry_ids`) so they can be written again;
@@ -121,12 +182,15 @@ class OutputFile:
             return 0
         if self._fd is None:
             raise RuntimeError("OutputFile.drop before open()")
-        self.close()
+        self.sync()
         target = self.path.resolve()
         temp = target.with_name(f".{target.name}.rewrite")
         removed = 0
+        # The old file stays open and locked until the new one, locked too, has replaced it.
+        new_fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         try:
-            with target.open("rb") as src, temp.open("wb") as dst:
+            _lock(new_fd, temp)
+            with target.open("rb") as src, os.fdopen(os.dup(new_fd), "wb") as dst:
                 for line in src:
                     row = _row(line) if line.strip() else None
                     if row is not None and row["id"] in ids and self.retry is not None and self.retry(row):
@@ -138,8 +202,11 @@ class OutputFile:
             os.chmod(temp, os.stat(target).st_mode & 0o7777)
             os.replace(temp, target)
         except BaseException:
+            os.close(new_fd)
             temp.unlink(missing_ok=True)
             raise
+        os.close(self._fd)
+        self._fd = new_fd
         directory = os.open(target.parent, os.O_RDONLY)
         try:
             os.fsync(directory)  # the rename itself survives a power loss
@@ -147,7 +214,6 @@ class OutputFile:
             os.close(directory)
         self.existing_ids -= ids
         self.retry_ids -= ids
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         return removed
 
     def write(self, row: dict[str, Any]) -> None:

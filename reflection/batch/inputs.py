@@ -1,8 +1,10 @@
 """Dataset readers: JSON Lines, JSON arrays, CSV with JSON columns, and Parquet.
 
 Every reader streams: it yields one `SourceRow` at a time and holds at most one record
-(or one Parquet record batch) in memory, whatever the file size. A record that cannot be
-read becomes a `SourceRow` carrying an `error`, which the runner writes as an error row.
+(or one Parquet record batch) in memory, whatever the file size; a JSON Lines or CSV line
+longer than `max_line_bytes` is skipped without being held. A record that cannot be read
+(not JSON, not UTF-8, too long) becomes a `SourceRow` carrying an `error`, which the runner
+writes as an error row, and reading goes on with the next record.
 
 Rows without an `id` are named `line-N` by their 1-based position: the line for JSON
 Lines, the element for a JSON array, the record for CSV and Parquet.
@@ -10,18 +12,22 @@ Lines, the element for a JSON array, the record for CSV and Parquet.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import json
+import re
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from reflection._json import parse_json
+from reflection.config import DEFAULT_MAX_LINE_BYTES
 from reflection.rows import parse_line
 
-__all__ = ["FORMATS", "SourceRow", "count_rows", "detect_format", "read_source"]
+__all__ = ["FORMATS", "SourceRow", "check_input", "count_rows", "detect_format", "read_source"]
 
 FORMATS: dict[str, str] = {
     ".jsonl": "jsonl",
@@ -37,6 +43,7 @@ JSON_COLUMNS = ("call", "tool_calls", "tools", "history")
 """Columns holding JSON text in CSV (and, when they are strings, in Parquet)."""
 
 _CHUNK = 1 << 16
+_BOM = codecs.BOM_UTF8
 
 
 @dataclass(frozen=True)
@@ -58,13 +65,37 @@ def detect_format(path: Path) -> str:
     return FORMATS[suffix]
 
 
-def read_source(path: str | Path, fmt: str | None = None) -> Iterator[SourceRow]:
-    """Stream the records of a dataset file (format from the extension unless `fmt` is given)."""
+def check_input(path: Path) -> None:
+    """Raise a clear error unless `path` can be read as a dataset: a regular file or a pipe
+    (FIFO), not a directory or a device."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(2, "input file not found", str(path)) from None
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(21, "is a directory; give a dataset file", str(path))
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+        kind = "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+        raise ValueError(f"{path} is {kind}; give a dataset file (or a pipe)")
+
+
+def read_source(path: str | Path, fmt: str | None = None, *,
+                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[SourceRow]:
+    """Stream the records of a dataset file (format from the extension unless `fmt` is given).
+
+    Lines longer than `max_line_bytes` (JSON Lines, CSV) become error rows. Raises at once,
+    before any row, when the file cannot be read at all (see `check_input`).
+    """
     path = Path(path)
     fmt = fmt or detect_format(path)
     readers = {"jsonl": _read_jsonl, "json": _read_json_array, "csv": _read_csv, "parquet": _read_parquet}
     if fmt not in readers:
         raise ValueError(f"unknown input format {fmt!r}; use one of {sorted(readers)}")
+    if max_line_bytes < 1:
+        raise ValueError(f"max_line_bytes must be at least 1, got {max_line_bytes}")
+    check_input(path)
+    if fmt in ("jsonl", "csv"):
+        return readers[fmt](path, max_line_bytes)
     return readers[fmt](path)
 
 
@@ -72,13 +103,23 @@ def count_rows(path: str | Path, fmt: str | None = None) -> int | None:
     """A cheap row count for progress and ETA, or None when it would cost a parse.
 
     JSON Lines: non-blank lines. CSV: non-blank lines minus the header (an estimate when
-    quoted fields span lines). Parquet: the footer's row count. JSON arrays: None.
+    quoted fields span lines). Parquet: the footer's row count. JSON arrays, and pipes (which
+    can be read only once): None. Memory stays bounded whatever the line lengths.
     """
     path = Path(path)
     fmt = fmt or detect_format(path)
+    if not path.is_file():
+        return None
     if fmt in ("jsonl", "csv"):
+        rows = 0
+        blank = True  # whether the line read so far holds only whitespace
         with path.open("rb") as f:
-            rows = sum(1 for line in f if line.strip())
+            for piece in iter(lambda: f.readline(_CHUNK), b""):  # a long line comes in pieces
+                blank = blank and not piece.strip()
+                if piece.endswith(b"\n"):
+                    rows += not blank
+                    blank = True
+        rows += 0 if blank else 1  # a last line without a newline
         return max(0, rows - 1) if fmt == "csv" else rows
     if fmt == "parquet":
         pq = _pyarrow_parquet()
@@ -86,18 +127,56 @@ def count_rows(path: str | Path, fmt: str | None = None) -> int | None:
     return None
 
 
-# --- JSON Lines -------------------------------------------------------------------------------
+# --- JSON Lines ---------------------------------------------------------------------------------
 
 
-def _read_jsonl(path: Path) -> Iterator[SourceRow]:
-    with path.open("rb") as lines:
-        for number, line in enumerate(lines, start=1):
+class _LineTooLong(Exception):
+    def __init__(self, number: int, size: int, limit: int):
+        super().__init__(f"line {number} is longer than the {limit:,}-byte limit (max_line_bytes): "
+                         f"{size:,} bytes; it was skipped")
+
+
+def _bounded_lines(f: IO[bytes], limit: int) -> Iterator[tuple[int, bytes | _LineTooLong]]:
+    """(line number, line) for each line; a line over `limit` bytes (newline excluded) is read
+    past in chunks, never held, and comes as a `_LineTooLong` instead."""
+    readline = f.readline
+    number = 0
+    while line := readline(limit + 1):
+        number += 1
+        if len(line) > limit and line[limit:] != b"\n":
+            size = len(line)
+            while not line.endswith(b"\n") and (line := readline(_CHUNK)):
+                size += len(line)
+            yield number, _LineTooLong(number, size - line.endswith(b"\n"), limit)
+        else:
+            yield number, line
+
+
+def _not_utf8(line: bytes, where: str) -> str | None:
+    """Why `line` is not UTF-8 text, or None when it is."""
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return (f"{where} is not valid UTF-8 (byte 0x{line[exc.start]:02x} at byte {exc.start + 1} of the line); "
+                "save the file as UTF-8")
+    return None
+
+
+def _read_jsonl(path: Path, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[SourceRow]:
+    with path.open("rb") as f:
+        for number, line in _bounded_lines(f, max_line_bytes):
+            if isinstance(line, _LineTooLong):
+                yield SourceRow(number, error=str(line))
+                continue
+            if line.startswith(_BOM):  # editors write one at the start of a file; files get concatenated
+                line = line[len(_BOM):]
             if not line.strip():
                 continue
             try:
                 yield SourceRow(number, parse_line(line))
             except ValueError as exc:
-                yield SourceRow(number, error=f"line {number} is not valid JSON: {exc}")
+                yield SourceRow(number, error=_not_utf8(line, f"line {number}")
+                                or f"line {number} is not valid JSON: {exc}")
 
 
 # --- JSON array -------------------------------------------------------------------------------
@@ -116,9 +195,13 @@ def _read_json_array(path: Path) -> Iterator[SourceRow]:
     The standard library's `raw_decode` parses one element at a time out of a sliding text
     buffer; the buffer grows only while an element is incomplete. An element that is not
     valid JSON ends the file (there is no way to find the next element reliably), so it
-    becomes one error row saying so.
+    becomes one error row saying so. An element with bytes that are not UTF-8, or with a
+    `\\ud800`-style escape that is not a character, is an error row, and reading goes on.
     """
-    with path.open("r", encoding="utf-8") as f:
+    # Bytes that are not UTF-8 decode to lone surrogates (surrogateescape) so the element's
+    # extent is still found; a valid UTF-8 file never decodes to one.
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
+    with path.open("rb") as f:
         buffer = ""
         pos = 0
         eof = False
@@ -127,10 +210,12 @@ def _read_json_array(path: Path) -> Iterator[SourceRow]:
             nonlocal buffer, pos, eof
             if eof:
                 return False
-            chunk = f.read(max(_CHUNK, len(buffer) - pos))  # double the window for big elements
-            if not chunk:
+            data = f.read(max(_CHUNK, len(buffer) - pos))  # double the window for big elements
+            chunk = decoder.decode(data, final=not data)
+            if not data:
                 eof = True
-                return False
+                if not chunk:
+                    return False
             buffer = buffer[pos:] + chunk
             pos = 0
             return True
@@ -193,9 +278,28 @@ def _read_json_array(path: Path) -> Iterator[SourceRow]:
                 if end == len(buffer) and not eof and fill():
                     continue
                 break
-            pos = end
+            text, pos = buffer[pos:end], end
             expect_comma = True
-            yield SourceRow(number, value)
+            problem = _bad_text(text, f"element {number} of {path.name}") if _SUSPECT.search(text) else None
+            yield SourceRow(number, value, error=problem)  # the value still names the error row by its id
+
+
+_SUSPECT = re.compile(r"[\udc80-\udcff]|\\u[dD][89a-fA-F]")
+"""Undecodable bytes, or an escape of a surrogate: only then is an element checked closely."""
+
+
+def _bad_text(text: str, where: str) -> str | None:
+    """Why the JSON text of one element cannot be used, or None: bytes that are not UTF-8, or a
+    surrogate escape that is not part of a pair (such a string cannot be written back)."""
+    match = re.search("[\udc80-\udcff]", text)
+    if match:
+        raw = text.encode("utf-8", "surrogateescape")
+        return _not_utf8(raw, where)
+    try:
+        parse_json(text)  # the strict parser rejects lone surrogates, as for JSON Lines
+    except ValueError as exc:
+        return f"{where} is not valid JSON: {exc}"
+    return None
 
 
 # --- CSV --------------------------------------------------------------------------------------
@@ -213,7 +317,9 @@ def _decode_columns(record: dict[str, Any], position: int, *, strings_only: bool
             try:
                 value = parse_json(value)
             except ValueError as exc:
-                return SourceRow(position, error=f"record {position}: column {key!r} is not valid JSON: {exc}")
+                rid = record.get("id")
+                named = {"id": rid} if rid not in (None, "") else None  # the error row keeps the record's id
+                return SourceRow(position, named, error=f"record {position}: column {key!r} is not valid JSON: {exc}")
         elif key in JSON_COLUMNS and value is None:
             continue
         elif not strings_only and key == "id" and value is None:
@@ -224,17 +330,63 @@ def _decode_columns(record: dict[str, Any], position: int, *, strings_only: bool
     return SourceRow(position, row)
 
 
-def _read_csv(path: Path) -> Iterator[SourceRow]:
+class _BadLine(Exception):
+    """A CSV line that cannot be read (too long, not UTF-8); raised by `_CsvLines.__next__`."""
+
+
+class _CsvLines:
+    """The text lines of a CSV file for `csv.reader`: bounded in length, decoded one by one.
+
+    A bad line raises `_BadLine` out of the reader's `next()`; the next call goes on with the
+    following line, so one bad record does not end the file.
+    """
+
+    def __init__(self, f: IO[bytes], limit: int):
+        self._lines = _bounded_lines(f, limit)
+        self.number = 0
+
+    def __iter__(self) -> _CsvLines:
+        return self
+
+    def __next__(self) -> str:
+        self.number, line = next(self._lines)
+        if isinstance(line, _LineTooLong):
+            raise _BadLine(str(line))
+        if self.number == 1 and line.startswith(_BOM):
+            line = line[len(_BOM):]
+        try:
+            return line.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _BadLine(_not_utf8(line, f"line {self.number}")) from None
+
+
+def _read_csv(path: Path, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[SourceRow]:
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # tool specs make long cells
-    with path.open("r", encoding="utf-8-sig", newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None:
+    with path.open("rb") as f:
+        lines = _CsvLines(f, max_line_bytes)
+        try:
+            reader = csv.DictReader(lines)
+            fieldnames = reader.fieldnames
+        except (_BadLine, csv.Error) as exc:
+            yield SourceRow(1, error=f"{path.name}: the header cannot be read: {exc}")
             return
-        if not any(name in reader.fieldnames for name in ("call", "tool_calls")):
+        if fieldnames is None:
+            return
+        if not any(name in fieldnames for name in ("call", "tool_calls")):
             yield SourceRow(1, error=f"{path.name}: no 'call' or 'tool_calls' column; "
-                                     f"the header has {reader.fieldnames}")
+                                     f"the header has {fieldnames}")
             return
-        for number, record in enumerate(reader, start=1):
+        number = 0
+        while True:
+            try:
+                record = next(reader)
+            except StopIteration:
+                return
+            except (_BadLine, csv.Error) as exc:
+                number += 1
+                yield SourceRow(number, error=f"record {number}: {exc}")
+                continue
+            number += 1
             yield _decode_columns(record, number, strings_only=True)
 
 

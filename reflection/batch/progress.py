@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
-from reflection.batch.report import row_problems
+from reflection.batch.report import row_problems, row_usage
 
 __all__ = ["BatchProgress", "NoProgress", "PlainProgress", "RichProgress", "make_progress"]
 
@@ -40,9 +40,9 @@ class _Tally:
         self.done += 1
         if row_problems(row):
             self.errors += 1
-        usage = row.get("usage") or {}
-        self.tokens += int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
-        self.cost += float(usage.get("cost_usd") or 0.0)
+        usage = row_usage(row)
+        self.tokens += int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+        self.cost += float(usage.get("cost_usd", 0.0))
 
     def rate(self) -> float:
         elapsed = time.monotonic() - self.started

@@ -18,7 +18,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from reflection._terminal import plain
 from reflection.batch._output import iter_output_rows
 
 __all__ = ["BatchReport", "ReportBuilder", "FailingCheck", "ErrorReason", "read_report", "render_report", "row_problems"]
@@ -108,21 +110,37 @@ def row_problems(row: Mapping[str, Any]) -> list[str]:
     each judge check that could not be answered (after retries). Empty for a clean row."""
     if row.get("error"):
         return [str(row["error"])]
-    reasons = []
-    for result in row.get("results") or ():
-        for name, check in (result.get("semantic") or {}).items():
-            if check.get("status") == "error":
-                reasons.append(f"{name}: {check.get('error') or 'judge error'}")
-    return reasons
+    return [f"{name}: {check.get('error') or 'judge error'}"
+            for name, check in _semantic_checks(row) if check.get("status") == "error"]
+
+
+def _semantic_checks(row: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
+    """(name, check) for each semantic check of each result; parts that are not objects are skipped."""
+    results = row.get("results")
+    for result in results if isinstance(results, list) else ():
+        semantic = result.get("semantic") if isinstance(result, Mapping) else None
+        for name, check in semantic.items() if isinstance(semantic, Mapping) else ():
+            if isinstance(check, Mapping):
+                yield str(name), check
+
+
+def row_usage(row: Mapping[str, Any]) -> dict[str, float]:
+    """The row's judge usage as numbers (missing fields are 0); ValueError names the row when
+    `usage` is not an object of numbers, so the file is not a reflection output."""
+    usage = row.get("usage")
+    if usage is None:
+        return {}
+    bad = not isinstance(usage, Mapping) or any(
+        isinstance(v, bool) or not isinstance(v, (int, float, type(None))) for v in usage.values())
+    if bad:
+        raise ValueError(f"row {str(row.get('id'))!r}: \"usage\" must be an object of numbers, got "
+                         f"{plain(repr(usage), one_line=True)[:80]}; this is not a reflection output row")
+    return {k: v or 0 for k, v in usage.items()}
 
 
 def _failed_checks(row: Mapping[str, Any]) -> list[str]:
     failed = [key for key, value in row.items() if key.startswith("static_") and value == 0.0]
-    semantic = set()
-    for result in row.get("results") or ():
-        for name, check in (result.get("semantic") or {}).items():
-            if check.get("status") == "failed":
-                semantic.add(f"semantic_{name}")
+    semantic = {f"semantic_{name}" for name, check in _semantic_checks(row) if check.get("status") == "failed"}
     return failed + sorted(semantic)
 
 
@@ -168,10 +186,10 @@ class ReportBuilder:
             examples = self.reason_examples.setdefault(reason, [])
             if len(examples) < _EXAMPLES:
                 examples.append(rid)
-        usage = row.get("usage") or {}
+        usage = row_usage(row)
         for name in _USAGE_FIELDS:
-            self.usage[name] += int(usage.get(name) or 0)
-        self.cost += float(usage.get("cost_usd") or 0.0)
+            self.usage[name] += int(usage.get(name, 0))
+        self.cost += float(usage.get("cost_usd", 0.0))
         if isinstance(row.get("latency_ms"), (int, float)):
             self.latencies.append(float(row["latency_ms"]))
 
@@ -229,6 +247,11 @@ def read_report(path: str | Path) -> BatchReport:
     return build_report(iter_output_rows(path))
 
 
+def _untrusted(text: str) -> Text:
+    """Ids and error messages come from the input: shown as plain text, never as markup or control codes."""
+    return Text(plain(text, one_line=True))
+
+
 def _fmt_ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f} ms"
 
@@ -251,7 +274,7 @@ def render_report(report: BatchReport, console: Console | None = None) -> None:
         means.add_column("mean", justify="right")
         means.add_column("rows", justify="right")
         for key, mean in report.means.items():
-            means.add_row(key, f"{mean:.3f}", f"{report.present[key]:,}")
+            means.add_row(_untrusted(key), f"{mean:.3f}", f"{report.present[key]:,}")
         console.print(means)
 
     if report.top_failing_checks:
@@ -260,7 +283,7 @@ def render_report(report: BatchReport, console: Console | None = None) -> None:
         failing.add_column("rows", justify="right")
         failing.add_column("example ids")
         for item in report.top_failing_checks:
-            failing.add_row(item.check, f"{item.rows:,}", ", ".join(item.example_ids))
+            failing.add_row(_untrusted(item.check), f"{item.rows:,}", _untrusted(", ".join(item.example_ids)))
         console.print(failing)
 
     if report.error_reasons:
@@ -269,7 +292,7 @@ def render_report(report: BatchReport, console: Console | None = None) -> None:
         errors.add_column("rows", justify="right")
         errors.add_column("example ids")
         for item in report.error_reasons:
-            errors.add_row(item.reason, f"{item.rows:,}", ", ".join(item.example_ids))
+            errors.add_row(_untrusted(item.reason), f"{item.rows:,}", _untrusted(", ".join(item.example_ids)))
         console.print(errors)
 
     judge = report.judge

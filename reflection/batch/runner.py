@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Container, Iterable, Iterator
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any
 
 from reflection._cache import SQLiteJudgeCache
 from reflection.batch._output import OutputFile, judge_failed
-from reflection.batch.inputs import SourceRow, count_rows, detect_format, read_source
+from reflection.batch.inputs import SourceRow, check_input, count_rows, detect_format, read_source
 from reflection.batch.progress import BatchProgress, NoProgress
 from reflection.config import ReflectionConfig
 from reflection.judge import Judge, JudgeCache
@@ -65,9 +66,9 @@ class BatchStats:
 # --- rows in ---------------------------------------------------------------------------------
 
 
-def _source_rows(source: Any, fmt: str | None) -> Iterator[SourceRow]:
+def _source_rows(source: Any, fmt: str | None, max_line_bytes: int) -> Iterator[SourceRow]:
     if isinstance(source, (str, Path)):
-        yield from read_source(source, fmt)
+        yield from read_source(source, fmt, max_line_bytes=max_line_bytes)
         return
     for position, item in enumerate(source, start=1):
         yield item if isinstance(item, SourceRow) else SourceRow(position, item)
@@ -275,7 +276,8 @@ async def reflect_dataset(
         if isinstance(source, AsyncIterable):
             items: Any = _aprepare(source, skip_ids, stats)
         else:
-            items = _prepare(_source_rows(source, format), skip_ids, stats)
+            max_line = (reflector.config if reflector else config or ReflectionConfig()).max_line_bytes
+            items = _prepare(_source_rows(source, format, max_line), skip_ids, stats)
         async for row in _reflect_rows(items, active, limit * _WINDOW_FACTOR):
             yield row
 
@@ -317,9 +319,8 @@ async def run_batch(
     """
     input, output = Path(input), Path(output)
     fmt = format or detect_format(input)
-    if not input.is_file():
-        raise FileNotFoundError(f"input file not found: {input}")
-    if output.resolve() == input.resolve():
+    check_input(input)
+    if output.resolve() == input.resolve() or (output.exists() and os.path.samefile(output, input)):
         raise ValueError("the output file must not be the input file")
     config = config or ReflectionConfig()
     limit = _concurrency(config, None, concurrency)
@@ -336,7 +337,7 @@ async def run_batch(
         judge_cache = SQLiteJudgeCache(cache_path or default_cache_path(output)) if cache and config.judge else None
         try:
             async with _reflector_for(config, None, limit, judge_cache, http_client) as reflector:
-                items = _prepare(read_source(input, fmt), done, stats)
+                items = _prepare(read_source(input, fmt, max_line_bytes=config.max_line_bytes), done, stats)
                 async for row in _reflect_rows(items, reflector, limit * _WINDOW_FACTOR):
                     out.write(row)
                     stats.written += 1

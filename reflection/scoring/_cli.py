@@ -20,12 +20,12 @@ from rich.console import Console
 from rich.table import Table
 
 from reflection._cache import SQLiteJudgeCache
+from reflection._cli_common import open_text_output, refuse_input_as_output, user_errors
 from reflection._json import dumps
 from reflection.batch.html import ScoreHtmlReport, write_html
 from reflection.batch.runner import _batch_judge
-from reflection.config import ReflectionConfig
 from reflection._log import warnings_to_stderr
-from reflection.judge import JudgeFatalError
+from reflection.config import ReflectionConfig, load_config
 from reflection.scoring.files import ScoreSummary, ascore_files
 
 __all__ = ["score"]
@@ -33,6 +33,7 @@ __all__ = ["score"]
 _NO_JUDGE = "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
 
 
+@user_errors
 def score(
     predictions: Path = typer.Argument(
         ..., exists=True, dir_okay=False, readable=True,
@@ -61,34 +62,20 @@ def score(
     tool_selection_judged); without one those are null.
     """
     warnings_to_stderr()
-    # The flag/env/file merge shared with check and batch; imported late (reflection.cli imports us).
-    from reflection.cli import load_config
-
-    try:
-        cfg = load_config(config, base_url=base_url, model=model)
-    except ValueError as exc:
-        typer.echo(f"error: invalid configuration: {exc}", err=True)
-        raise typer.Exit(2) from None
+    cfg = load_config(config, base_url=base_url, model=model)
+    refuse_input_as_output(output, predictions, references)
     # No separate "judge skipped" line: the summary says it, and with rows on stdout a JSON
     # summary is all of stderr, which must stay one parseable object.
-    try:
-        summary = ScoreSummary(judge=cfg.judge is not None, wordnet=cfg.wordnet)
-    except ValueError as exc:  # a wordnet path (config or REFLECTION_WORDNET) with no WordNet in it
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    # A wordnet path (config or REFLECTION_WORDNET) with no WordNet in it is a ValueError.
+    summary = ScoreSummary(judge=cfg.judge is not None, wordnet=cfg.wordnet)
     if html_out is not None and not html_out.parent.is_dir():  # found out now, not after scoring every row
-        typer.echo(f"error: cannot write the HTML report: no folder {str(html_out.parent)!r}", err=True)
-        raise typer.Exit(2)
+        raise ValueError(f"cannot write the HTML report: no folder {str(html_out.parent)!r}")
     page = ScoreHtmlReport(predictions) if html_out is not None else None
-    out = output.open("w", encoding="utf-8") if output else sys.stdout
+    out = open_text_output(output) if output else sys.stdout
     try:
+        # A judge endpoint that cannot answer (JudgeFatalError) stops at the first such error;
+        # an unreadable WordNet database is a ValueError; both are user errors.
         anyio.run(_write_rows, predictions, references, out, summary, cfg, concurrency, cache_path, page)
-    except JudgeFatalError as exc:  # the endpoint cannot answer any row: stop at the first such error
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    except ValueError as exc:  # a WordNet database that cannot be read
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
     finally:
         if output:
             out.close()

@@ -12,7 +12,8 @@ code runs — request building, structured output, retries, validation and cost.
         assert result.overall_valid is False
 
 With the pytest plugin (installed with the package) the `fake_judge` fixture gives the same
-object, entered for the test's duration.
+object, entered for the test's duration. `FakeJudge` needs the `testing` extra (respx); this
+package itself, the plugin and `reflection.testing.server` load without it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import respx
 
 from reflection._json import dumps, parse_json
 from reflection.judge import JudgeConfig
@@ -87,6 +87,10 @@ class FakeJudge:
         self._scripts: dict[str, dict[str, Any]] = {}
         self._styler = ReplyStyler(reply_style)
         self._queued: collections.deque[tuple[str, Any]] = collections.deque()
+        try:
+            import respx  # the `testing` extra; imported here so the plugin loads without it
+        except ImportError:
+            raise ImportError('FakeJudge (and the fake_judge fixture) needs respx: pip install "reflection[testing]"') from None
         self._router = respx.mock(base_url=self.base_url, assert_all_called=False, assert_all_mocked=True)
         self._router.post("/chat/completions").mock(side_effect=self._handle)
 
