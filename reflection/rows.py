@@ -86,16 +86,21 @@ def result_row(rid: str, results: ReflectionResult | list[ReflectionResult], *, 
     for result in items:
         for key, value in result.flat().items():
             flat[key] = min(value, flat.get(key, value))
-    usage = JudgeUsage.total(r.usage for r in items)
+    # Static-only rows all share the default (zero) usage object: dump it once, not per row.
+    usage = _ZERO_USAGE if all(r.usage is _NO_USAGE for r in items) else JudgeUsage.total(r.usage for r in items).model_dump()
     skipped = sorted({r.judge_skipped for r in items if r.judge_skipped})
     row: dict[str, Any] = {"id": rid, "overall_valid": _combine([r.overall_valid for r in items])}
     row.update({k: v for k, v in flat.items() if k != "overall_valid"})
     row["judge_skipped"] = "; ".join(skipped) or None
     row["warnings"] = sorted({w for r in items for w in r.warnings})
-    row["usage"] = usage.model_dump()
+    row["usage"] = dict(usage)
     row["latency_ms"] = latency_ms
     row["results"] = [r.model_dump(mode="json") for r in items]
     return row
+
+
+_NO_USAGE = ReflectionResult.model_fields["usage"].default
+_ZERO_USAGE = _NO_USAGE.model_dump()
 
 
 def error_row(rid: str, message: str) -> dict[str, Any]:

@@ -139,6 +139,12 @@ async def _reflect_row(reflector: Reflector, row: InputRow) -> dict[str, Any]:
     return result_row(row.id, result, latency_ms=(time.perf_counter() - started) * 1000)
 
 
+async def _next(items: Iterator[Any] | AsyncIterator[Any]) -> Any:
+    if isinstance(items, AsyncIterator):
+        return await anext(items, None)
+    return next(items, None)
+
+
 async def _reflect_rows(
     items: Iterator[InputRow | dict[str, Any]] | AsyncIterator[InputRow | dict[str, Any]],
     reflector: Reflector,
@@ -149,6 +155,11 @@ async def _reflect_rows(
     Plain asyncio tasks feed a queue; the generator never yields inside a task group or
     cancel scope, so it is safe to abandon early (pending rows are cancelled on close).
     """
+    if type(reflector) is Reflector and reflector.judge is None:
+        # Static checks and grounding never wait on I/O: a plain loop, no task or queue per row.
+        while (item := await _next(items)) is not None:
+            yield item if isinstance(item, dict) else await _reflect_row(reflector, item)
+        return
     finished: asyncio.Queue[dict[str, Any] | BaseException] = asyncio.Queue()
     tasks: set[asyncio.Task[None]] = set()
     in_flight = 0
@@ -167,13 +178,8 @@ async def _reflect_rows(
             raise out
         return out
 
-    async def next_item() -> InputRow | dict[str, Any] | None:
-        if isinstance(items, AsyncIterator):
-            return await anext(items, None)
-        return next(items, None)
-
     try:
-        while (item := await next_item()) is not None:
+        while (item := await _next(items)) is not None:
             if isinstance(item, dict):
                 yield item
                 continue
