@@ -53,6 +53,7 @@ def check(
     model: str | None = typer.Option(None, "--model", help="Judge model name."),
     mode: str | None = typer.Option(None, "--mode", help="combined (one request per call) or per_check."),
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Rows reflected at once."),
+    flat: bool = typer.Option(False, "--flat", help="Write only id, overall_valid, the flat keys and error per row."),
 ) -> None:
     """Reflect every row of INPUT and write one JSON result row per input row."""
     cfg = load_config(config, static_only=static_only, base_url=base_url, model=model, mode=mode)
@@ -61,7 +62,7 @@ def check(
         typer.echo(f"judge skipped: {reason}; running static checks and grounding only", err=True)
     out = output.open("w", encoding="utf-8") if output else sys.stdout
     try:
-        counts = anyio.run(_check_file, input, out, cfg, concurrency)
+        counts = anyio.run(_check_file, input, out, cfg, concurrency, flat)
     finally:
         if output:
             out.close()
@@ -69,9 +70,9 @@ def check(
                f"{counts['unknown']} unknown, {counts['error']} error", err=True)
 
 
-async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: int) -> dict[str, int]:
+async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: int, flat: bool) -> dict[str, int]:
     counts = {"rows": 0, "valid": 0, "invalid": 0, "unknown": 0, "error": 0}
-    async for row in reflect_dataset(path, config=cfg, concurrency=concurrency, format="jsonl"):
+    async for row in reflect_dataset(path, config=cfg, concurrency=concurrency, format="jsonl", flat=flat):
         counts["rows"] += 1
         key = "error" if "error" in row else {True: "valid", False: "invalid", None: "unknown"}[row["overall_valid"]]
         counts[key] += 1

@@ -79,8 +79,10 @@ def _combine(verdicts: list[bool | None]) -> bool | None:
     return True
 
 
-def result_row(rid: str, results: ReflectionResult | list[ReflectionResult], *, latency_ms: float | None = None) -> dict[str, Any]:
-    """The output row for a reflected input row."""
+def result_row(rid: str, results: ReflectionResult | list[ReflectionResult], *, latency_ms: float | None = None,
+               flat_only: bool = False) -> dict[str, Any]:
+    """The output row for a reflected input row; with `flat_only`, just `id`, `overall_valid` and
+    the flat keys (what `--flat` writes: verdicts at scale, without the structured results)."""
     if isinstance(results, ReflectionResult):  # the common case: one call, nothing to combine
         items = [results]
         flat = results.flat()
@@ -94,6 +96,8 @@ def result_row(rid: str, results: ReflectionResult | list[ReflectionResult], *, 
         verdict = _combine([r.overall_valid for r in items])
     flat.pop("overall_valid", None)
     row: dict[str, Any] = {"id": rid, "overall_valid": verdict, **flat}
+    if flat_only:
+        return row
     skipped = sorted({r.judge_skipped for r in items if r.judge_skipped})
     row["judge_skipped"] = "; ".join(skipped) or None
     row["warnings"] = sorted({w for r in items for w in r.warnings})

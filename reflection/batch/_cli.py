@@ -50,6 +50,7 @@ def batch(
     static_only: bool = typer.Option(False, "--static-only", help="Run only the static checks and grounding."),
     json_report: bool = typer.Option(False, "--json-report", help="Print the final report as JSON."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr."),
+    flat: bool = typer.Option(False, "--flat", help="Write only id, overall_valid, the flat keys and error per row."),
 ) -> None:
     """Reflect every row of INPUT into OUTPUT, one result row per input row (any order), then print the report."""
     from reflection.cli import load_config  # the shared flag/env/file merge; imported late (cli imports us)
@@ -66,7 +67,7 @@ def batch(
     try:
         stats: BatchStats = anyio.run(lambda: run_batch(
             input, output, config=cfg, concurrency=concurrency, cache=cache_file is not None,
-            cache_path=cache_file, progress=make_progress(err, enabled=progress),
+            cache_path=cache_file, progress=make_progress(err, enabled=progress), flat=flat,
         ))
     except KeyboardInterrupt:
         err.print(f"interrupted: the rows written so far are in {output}; rerun the same command to resume", markup=False)

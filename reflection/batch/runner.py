@@ -127,7 +127,7 @@ async def _aprepare(
             yield item
 
 
-async def _reflect_row(reflector: Reflector, row: InputRow) -> dict[str, Any]:
+async def _reflect_row(reflector: Reflector, row: InputRow, flat: bool = False) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         result = await reflector.reflect(row.call, row.tools, row.history)
@@ -136,7 +136,7 @@ async def _reflect_row(reflector: Reflector, row: InputRow) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         # Data the normalisers refuse outright; one bad row must not stop a million-row run.
         return error_row(row.id, f"row {row.id}: cannot be reflected: {type(exc).__name__}: {exc}")
-    return result_row(row.id, result, latency_ms=(time.perf_counter() - started) * 1000)
+    return result_row(row.id, result, latency_ms=(time.perf_counter() - started) * 1000, flat_only=flat)
 
 
 async def _next(items: Iterator[Any] | AsyncIterator[Any]) -> Any:
@@ -149,6 +149,7 @@ async def _reflect_rows(
     items: Iterator[InputRow | dict[str, Any]] | AsyncIterator[InputRow | dict[str, Any]],
     reflector: Reflector,
     window: int,
+    flat: bool = False,
 ) -> AsyncIterator[dict[str, Any]]:
     """Reflect rows with at most `window` in flight, yielding output rows as they finish.
 
@@ -158,7 +159,7 @@ async def _reflect_rows(
     if type(reflector) is Reflector and reflector.judge is None:
         # Static checks and grounding never wait on I/O: a plain loop, no task or queue per row.
         while (item := await _next(items)) is not None:
-            yield item if isinstance(item, dict) else await _reflect_row(reflector, item)
+            yield item if isinstance(item, dict) else await _reflect_row(reflector, item, flat)
         return
     finished: asyncio.Queue[dict[str, Any] | BaseException] = asyncio.Queue()
     tasks: set[asyncio.Task[None]] = set()
@@ -166,7 +167,7 @@ async def _reflect_rows(
 
     async def run(row: InputRow) -> None:
         try:
-            out: dict[str, Any] | BaseException = await _reflect_row(reflector, row)
+            out: dict[str, Any] | BaseException = await _reflect_row(reflector, row, flat)
         except Exception as exc:  # noqa: BLE001 - re-raised in the consumer below
             out = exc
         finished.put_nowait(out)
@@ -249,6 +250,7 @@ async def reflect_dataset(
     skip_ids: Container[str] = frozenset(),
     format: str | None = None,
     http_client: Any = None,
+    flat: bool = False,
 ) -> AsyncIterator[dict[str, Any]]:
     """Reflect every row of a dataset, yielding one output row per input row as it finishes.
 
@@ -263,7 +265,8 @@ async def reflect_dataset(
     `http_client` an HTTP client for the judge that you own and close (as for `Judge`). Pass a
     `reflector` instead to reuse one (its judge's own limiter then applies). Rows whose id
     is in `skip_ids` are not reflected or yielded. Up to 2 x `concurrency` rows are in
-    memory at once, whatever the dataset size.
+    memory at once, whatever the dataset size. With `flat`, result rows carry only `id`,
+    `overall_valid` and the flat keys (error rows are unchanged).
 
         async for row in reflect_dataset("calls.jsonl", config=cfg, concurrency=64):
             print(row["id"], row["overall_valid"])
@@ -275,7 +278,7 @@ async def reflect_dataset(
             items: Any = _aprepare(source, skip_ids, stats)
         else:
             items = _prepare(_source_rows(source, format), skip_ids, stats)
-        async for row in _reflect_rows(items, active, limit * _WINDOW_FACTOR):
+        async for row in _reflect_rows(items, active, limit * _WINDOW_FACTOR, flat):
             yield row
 
 
@@ -290,13 +293,14 @@ async def run_batch(
     progress: BatchProgress | None = None,
     format: str | None = None,
     http_client: Any = None,
+    flat: bool = False,
 ) -> BatchStats:
     """Reflect `input` into the JSON Lines file `output`, resuming where a previous run stopped.
 
     Rows already in `output` (by id) are skipped; a partial last line left by a killed run is
     cut off first. Judge replies are cached in SQLite at `cache_path` (default: see
     `default_cache_path`) unless `cache` is False; with no judge configured there is no cache.
-    `http_client`: as for `reflect_dataset`.
+    `http_client` and `flat`: as for `reflect_dataset`.
     """
     input, output = Path(input), Path(output)
     fmt = format or detect_format(input)
@@ -318,7 +322,7 @@ async def run_batch(
         try:
             async with _reflector_for(config, None, limit, judge_cache, http_client) as reflector:
                 items = _prepare(read_source(input, fmt), done, stats)
-                async for row in _reflect_rows(items, reflector, limit * _WINDOW_FACTOR):
+                async for row in _reflect_rows(items, reflector, limit * _WINDOW_FACTOR, flat):
                     out.write(row)
                     stats.written += 1
                     stats.judge_requests += int((row.get("usage") or {}).get("requests") or 0)
