@@ -18,8 +18,9 @@ from reflection.model import (
     ToolSpec,
 )
 
-from reflection.judge import Judge, JudgeConfig, JudgeError, Price
+from reflection.judge import Judge, JudgeConfig, JudgeError, JudgeFatalError, Price
 from reflection.pipeline import Reflector, reflect, reflect_sync
+from reflection.gate import Decision, Gate, GatePolicy, ToolRule
 from reflection.scoring import (
     ScoreWeights,
     ToolCallingEvaluator,
@@ -41,10 +42,14 @@ __all__ = [
     "SEMANTIC_CHECKS",
     "STATIC_CHECKS",
     "CheckResult",
+    "Decision",
     "Finding",
+    "Gate",
+    "GatePolicy",
     "Judge",
     "JudgeConfig",
     "JudgeError",
+    "JudgeFatalError",
     "Price",
     "ReflectionConfig",
     "Reflector",
@@ -57,6 +62,7 @@ __all__ = [
     "ToolCall",
     "ToolCallingEvaluator",
     "ToolInventory",
+    "ToolRule",
     "ToolSpec",
     "atrajectory_correctness",
     "binary_tool_call",

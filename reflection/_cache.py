@@ -3,10 +3,15 @@
 Keys come from `reflection.judge.request_key` (a hash of model, endpoint, prompt-template
 version, messages and reply schema); values are the judge's validated JSON replies. Only
 answers that passed validation are stored, so a failed request is asked again next time.
+
+The cache is an optimisation, so it never stops a run: when the file cannot be opened, read
+or written (a corrupt file, a full disk, no permission) it logs one warning naming the file
+and the cause, and from then on every lookup misses and nothing is stored.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from pathlib import Path
@@ -19,6 +24,10 @@ from reflection._json import dumps, parse_json
 
 __all__ = ["SQLiteJudgeCache"]
 
+logger = logging.getLogger("reflection.cache")
+
+_CORRUPT = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+
 _SCHEMA = "CREATE TABLE IF NOT EXISTS judge_replies (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
 
 
@@ -30,6 +39,7 @@ class SQLiteJudgeCache:
     will be asked again. Reads see buffered writes. WAL lets several processes (e.g. Ray
     actors on one node) share the file. Use it as an async context manager, or call
     `aclose()`; it opens on first use. `hits`, `misses` and `writes` count this object's traffic.
+    `failure` says why the cache was turned off (see the module docstring), else None.
     """
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 30.0, write_batch: int = 64):
@@ -43,9 +53,25 @@ class SQLiteJudgeCache:
         self._opening: anyio.Lock | None = None
         self._flushing: anyio.Lock | None = None
         self._pending: dict[str, str] = {}
+        self.failure: str | None = None
+
+    def _fail(self, exc: BaseException) -> None:
+        """Turn the cache off for the rest of this object's life, with one warning."""
+        if self.failure is not None:
+            return
+        self._pending = {}
+        code = getattr(exc, "sqlite_errorcode", None)
+        corrupt = isinstance(code, int) and (code & 0xFF) in _CORRUPT
+        self.failure = f"{type(exc).__name__}: {exc}"
+        advice = ("the file is corrupt: delete it (or choose another cache path) to cache again" if corrupt
+                  else "the file is kept as it is")
+        logger.warning("judge cache %s: %s; carrying on without the cache (%s)", self.path, self.failure, advice)
 
     async def __aenter__(self) -> SQLiteJudgeCache:
-        await self._connection()
+        try:
+            await self._connection()
+        except (sqlite3.Error, OSError) as exc:
+            self._fail(exc)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -65,22 +91,27 @@ class SQLiteJudgeCache:
                     await db.execute("PRAGMA journal_mode=WAL")
                     await db.execute("PRAGMA synchronous=NORMAL")
                     await db.execute(_SCHEMA)
-                except sqlite3.DatabaseError as exc:
+                except BaseException:
                     await db.close()
-                    raise sqlite3.DatabaseError(
-                        f"judge cache {self.path} is unusable ({exc}); delete it or choose another cache path"
-                    ) from exc
+                    raise
                 self._db = db
         return self._db
 
     async def get(self, key: str) -> Any | None:
-        """The stored reply for `key`, or None."""
+        """The stored reply for `key`, or None (also when the cache is off)."""
+        if self.failure is not None:
+            self.misses += 1
+            return None
         if key in self._pending:
             self.hits += 1
             return parse_json(self._pending[key])
-        db = await self._connection()
-        async with db.execute("SELECT value FROM judge_replies WHERE key = ?", (key,)) as cursor:
-            found = await cursor.fetchone()
+        try:
+            db = await self._connection()
+            async with db.execute("SELECT value FROM judge_replies WHERE key = ?", (key,)) as cursor:
+                found = await cursor.fetchone()
+        except (sqlite3.Error, OSError) as exc:
+            self._fail(exc)
+            found = None
         if found is None:
             self.misses += 1
             return None
@@ -88,16 +119,24 @@ class SQLiteJudgeCache:
         return parse_json(found[0])
 
     async def put(self, key: str, value: Any) -> None:
-        """Store a validated reply under `key` (replacing any older one)."""
+        """Store a validated reply under `key` (replacing any older one); nothing when the cache is off."""
+        if self.failure is not None:
+            return
         self._pending[key] = dumps(value)
         self.writes += 1
         if len(self._pending) >= self.write_batch:
             await self.flush()
 
     async def flush(self) -> None:
-        """Commit the buffered writes in one transaction."""
-        if not self._pending:
+        """Commit the buffered writes in one transaction (dropped, with the warning, if that fails)."""
+        if not self._pending or self.failure is not None:
             return
+        try:
+            await self._commit()
+        except (sqlite3.Error, OSError) as exc:
+            self._fail(exc)
+
+    async def _commit(self) -> None:
         db = await self._connection()
         if self._flushing is None:
             self._flushing = anyio.Lock()
@@ -110,13 +149,14 @@ class SQLiteJudgeCache:
             try:
                 await db.executemany("INSERT OR REPLACE INTO judge_replies (key, value, created) VALUES (?, ?, ?)",
                                      [(key, value, now) for key, value in batch.items()])
+                await db.execute("COMMIT")
             except BaseException:
-                await db.execute("ROLLBACK")
+                if db.in_transaction:
+                    await db.execute("ROLLBACK")
                 raise
-            await db.execute("COMMIT")
 
     async def count(self) -> int:
-        """How many replies are stored."""
+        """How many replies are stored (raises if the file cannot be read)."""
         await self.flush()
         db = await self._connection()
         async with db.execute("SELECT COUNT(*) FROM judge_replies") as cursor:
@@ -132,4 +172,7 @@ class SQLiteJudgeCache:
         finally:
             if self._db is not None:
                 db, self._db = self._db, None
-                await db.close()
+                try:
+                    await db.close()
+                except (sqlite3.Error, OSError) as exc:
+                    self._fail(exc)

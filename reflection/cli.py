@@ -13,6 +13,8 @@ from reflection._json import dumps
 from reflection.batch import reflect_dataset
 from reflection.batch._cli import batch, report
 from reflection.config import ReflectionConfig
+from reflection._log import warnings_to_stderr
+from reflection.judge import JudgeFatalError
 from reflection.scoring._cli import score
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -56,6 +58,7 @@ def check(
     flat: bool = typer.Option(False, "--flat", help="Write only id, overall_valid, the flat keys and error per row."),
 ) -> None:
     """Reflect every row of INPUT and write one JSON result row per input row."""
+    warnings_to_stderr()
     cfg = load_config(config, static_only=static_only, base_url=base_url, model=model, mode=mode)
     if cfg.judge is None:
         reason = "--static-only" if static_only else "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
@@ -63,6 +66,9 @@ def check(
     out = output.open("w", encoding="utf-8") if output else sys.stdout
     try:
         counts = anyio.run(_check_file, input, out, cfg, concurrency, flat)
+    except JudgeFatalError as exc:  # the endpoint cannot answer any row: stop at the first such error
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     finally:
         if output:
             out.close()

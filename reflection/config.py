@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reflection.judge import JudgeConfig
@@ -18,6 +19,60 @@ DEFAULT_THRESHOLDS: dict[str, int] = {
     "function_selection_appropriateness": 3,
     "agentic_constraints_satisfaction": 3,
 }
+
+
+GateAction = Literal["allow", "modify", "reflect", "deny", "escalate"]
+RiskTier = Literal["low", "high"]
+
+
+class ToolRule(BaseModel):
+    """How the gate treats tools whose name matches `match` (a shell-style glob, e.g. `search_*`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    match: str = Field(min_length=1)
+    checks: Literal["skip", "static", "judge"] = "judge"
+    """`skip`: no checks, always allowed; `static`: static checks only; `judge`: the full pipeline."""
+    risk: RiskTier | None = None
+    """The tool's risk tier; unset means the policy's `default_risk`."""
+
+
+class GatePolicy(BaseModel):
+    """What a `reflection.Gate` does with each verdict (YAML: the `gate:` section)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    on_invalid: Literal["reflect", "deny", "escalate"] = "reflect"
+    """The action for an invalid call that no verified correction fixes."""
+    apply_corrections: bool = True
+    """`modify` a call whose only problems a verified static correction fixes."""
+    tools: tuple[ToolRule, ...] = ()
+    """Per-tool rules; the first whose glob matches the tool name applies."""
+    default_risk: RiskTier = "low"
+    """The risk tier of tools no rule gives one."""
+    judge_when: Literal["always", "ungrounded"] = "always"
+    """`ungrounded`: ask the judge only for high-risk tools or when some argument value is not
+    grounded in the conversation (a spec default counts; an enum member alone does not)."""
+    deadline_ms: float | None = Field(default=None, gt=0)
+    """Upper bound on one decision's wait for the judge; past it the judge counts as failed."""
+    on_judge_failure: dict[RiskTier, Literal["allow", "deny", "escalate"]] = Field(
+        default_factory=lambda: {"low": "allow", "high": "deny"})
+    """Per risk tier, the action when the judge fails, times out or is uncertain:
+    `allow` fails open, `deny` or `escalate` fail closed."""
+    cache_size: int = Field(default=1024, ge=0)
+    """Judge replies kept in memory (least recently used evicted); 0 turns the cache off."""
+    shadow: bool = False
+    """Every decision is `allow`; the action the gate would have taken is `Decision.shadow_action`."""
+
+    @field_validator("on_judge_failure")
+    @classmethod
+    def _both_tiers(cls, value: dict[str, str]) -> dict[str, str]:
+        return {"low": "allow", "high": "deny", **value}
+
+    def rule_for(self, tool: str) -> ToolRule | None:
+        """The first rule whose glob matches `tool`, or None."""
+        for rule in self.tools:
+            if fnmatch.fnmatchcase(tool, rule.match):
+                return rule
+        return None
 
 
 class ReflectionConfig(BaseSettings):
@@ -44,6 +99,8 @@ class ReflectionConfig(BaseSettings):
     most recent turns are kept."""
     prompts_dir: Path | None = None
     """A directory of templates (`<check>.md`, `system.md`) that override the shipped ones."""
+    gate: GatePolicy = Field(default_factory=GatePolicy)
+    """The policy a `reflection.Gate` built from this config applies."""
 
     @field_validator("checks")
     @classmethod

@@ -310,6 +310,56 @@ def _read_arguments(raw_args: Any, shape: int) -> tuple[dict[str, Any] | None, s
     return raw_args, raw_text, None
 
 
+def raw_calls(raw: Any) -> list[Any]:
+    """The calls in `raw` as they were given, one per `normalize_calls(raw)` entry and in the
+    same order (JSON text is parsed first), so each result can be answered in its own shape."""
+    if isinstance(raw, ToolCall):
+        return [raw]
+    if isinstance(raw, (str, bytes)):
+        try:
+            raw = parse_json(raw)
+        except ValueError:
+            return [raw]
+    if isinstance(raw, (list, tuple)):
+        return list(raw) if raw else [raw]
+    if isinstance(raw, dict):
+        if isinstance(raw.get("tool_calls"), list) and "function" not in raw:
+            return raw_calls(raw["tool_calls"])
+        if raw.get("role") == "assistant" and isinstance(raw.get("content"), list):
+            uses = [b for b in raw["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
+            return uses or [raw]
+    return [raw]
+
+
+def express_call(raw: Any, call: ToolCall) -> Any:
+    """`call` in the shape `raw` came in: an OpenAI tool call stays one (arguments as a JSON
+    string when they came as one), an Anthropic `tool_use` block stays one, a plain call keeps
+    its argument key, JSON text stays JSON text and a `ToolCall` stays a `ToolCall`. Fields
+    the call does not carry (id, type, extra keys) are kept from `raw`."""
+    from reflection._json import dumps  # only a correction being sent back needs it
+
+    if isinstance(raw, ToolCall):
+        return call
+    if isinstance(raw, (str, bytes)):
+        try:
+            parsed = parse_json(raw)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            return dumps(express_call(parsed, call))
+        return {"name": call.name, "arguments": call.arguments}
+    if not isinstance(raw, dict):
+        return {"name": call.name, "arguments": call.arguments}
+    arguments: dict[str, Any] = dict(call.arguments or {})
+    if isinstance(raw.get("function"), dict):
+        function = dict(raw["function"])
+        function["name"] = call.name
+        function["arguments"] = arguments if isinstance(function.get("arguments"), dict) else dumps(arguments)
+        return {**raw, "function": function}
+    key = next((k for k in _ARGUMENT_KEYS if k in raw), "input" if raw.get("type") == "tool_use" else "arguments")
+    return {**raw, "name": call.name, key: dumps(arguments) if isinstance(raw.get(key), str) else arguments}
+
+
 # --- history -------------------------------------------------------------------------------
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "human": "user",

@@ -6,14 +6,24 @@ mock it with respx) and posts each Chat Completions request on it directly, read
 the fields it uses; HTTP failures become the `openai` SDK's exception types, and tenacity
 does the retries. Structured output is negotiated once per endpoint: `json_schema`
 (strict), then `json_object`, then prompt-only JSON.
+
+Every request is bounded: an overall deadline of `timeout` seconds for the whole exchange
+(httpx's own timeouts are per read, so a server trickling bytes would never trip them) and
+at most `max_response_bytes` of body read into memory. The configured API key is redacted
+from every response body before anything reads it, so no reply, error, log line, output
+row or cache entry can carry it. 401, 403, 404 and a refused connection raise
+`JudgeFatalError`: they are problems of the endpoint, not of one row.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import ipaddress
+import logging
 import os
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -25,6 +35,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from reflection import telemetry
 from reflection._http import judge_http_client
 from reflection._json import dumps, parse_json
 from reflection.model import JudgeUsage
@@ -32,7 +43,9 @@ from reflection.model import JudgeUsage
 if TYPE_CHECKING:
     import openai
 
-__all__ = ["Judge", "JudgeAnswer", "JudgeCache", "JudgeConfig", "JudgeError", "Price", "InvalidReply"]
+__all__ = ["Judge", "JudgeAnswer", "JudgeCache", "JudgeConfig", "JudgeError", "JudgeFatalError", "Price", "InvalidReply"]
+
+logger = logging.getLogger("reflection.judge")
 
 T = TypeVar("T")
 StructuredMode = Literal["json_schema", "json_object", "prompt"]
@@ -42,9 +55,9 @@ class Price(BaseModel):
     """USD per million tokens."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    prompt: float = 0.0
-    completion: float = 0.0
-    cached: float | None = None
+    prompt: float = Field(default=0.0, ge=0)
+    completion: float = Field(default=0.0, ge=0)
+    cached: float | None = Field(default=None, ge=0)
     """Price of cached prompt tokens; defaults to the prompt price."""
 
 
@@ -58,12 +71,17 @@ class JudgeConfig(BaseModel):
     api_key_env: str = "OPENAI_API_KEY"
     api_key: SecretStr | None = None
     timeout: float = Field(default=60.0, gt=0)
+    """Overall deadline of one request (seconds), from sending it to the last byte of the reply."""
     max_attempts: int = Field(default=4, ge=1, le=20)
     max_concurrency: int = Field(default=16, ge=1)
     retry_max_wait: float = Field(default=30.0, ge=0)
     """Upper bound on one wait between attempts, Retry-After included (seconds)."""
     structured_output: Literal["auto", "json_schema", "json_object", "prompt"] = "auto"
     max_completion_tokens: int = Field(default=2048, ge=64)
+    """Completion budget of a request. A reply cut off at it (`finish_reason: "length"`) is
+    asked once more with 4 x this budget, then reported as truncated."""
+    max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    """Largest response body read into memory; a bigger one is an error (not retried)."""
     prices: dict[str, Price] = Field(default_factory=dict)
     """Model name -> price; models not listed cost 0."""
 
@@ -81,6 +99,34 @@ class JudgeError(Exception):
         super().__init__(reason)
         self.reason = reason
         self.usage = usage or JudgeUsage()
+
+
+class JudgeFatalError(Exception):
+    """The judge endpoint cannot answer any request: HTTP 401 (bad key), 403 (no permission),
+    404 (unknown model or wrong path), or a refused connection. Not a problem of one row, so
+    it is never turned into an error row: `reflection check`, `batch` and `score` stop on it.
+    `str()` is one line: `judge <url>: HTTP <status>: <server message>`."""
+
+    def __init__(self, url: str, problem: str, *, status: int | None = None, server_message: str = ""):
+        super().__init__(f"judge {url}: {problem}")
+        self.url = url
+        self.status = status
+        self.server_message = server_message
+
+
+def _reraise_fatal(group: BaseExceptionGroup) -> None:
+    """Raise the first `JudgeFatalError` in a task group's exception group, unwrapped, so
+    callers see the same exception whether one request failed or several ran at once."""
+    fatal, _ = group.split(JudgeFatalError)
+    while fatal is not None:
+        first = fatal.exceptions[0]
+        if isinstance(first, JudgeFatalError):
+            raise first
+        fatal = first if isinstance(first, BaseExceptionGroup) else None
+
+
+class _Unanswerable(Exception):
+    """A reply that asking again the same way cannot fix (truncated twice, too large)."""
 
 
 class InvalidReply(Exception):
@@ -141,12 +187,81 @@ def _retry_after(exc: BaseException | None) -> float | None:
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, _sdk().APIStatusError):
-        return f"HTTP {exc.status_code} from the judge endpoint"
+        message = _server_message(exc.body)
+        return f"HTTP {exc.status_code} from the judge endpoint" + (f": {message}" if message else "")
     if isinstance(exc, _sdk().APITimeoutError):
         return "the judge request timed out"
     if isinstance(exc, _sdk().APIConnectionError):
         return "could not connect to the judge endpoint"
     return str(exc)
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]+")
+_MESSAGE_CHARS = 300
+
+
+def _plain(text: str, limit: int = _MESSAGE_CHARS) -> str:
+    """Untrusted server text as one printable line: no control codes, bounded length."""
+    line = " ".join(_UNPRINTABLE.sub(" ", text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _server_message(body: Any) -> str:
+    """What the server said about an error: `error.message` of an OpenAI-style body, else the body."""
+    if isinstance(body, dict):
+        message = body.get("message")
+        text = message if isinstance(message, str) and message else dumps(body)
+    elif isinstance(body, str):
+        text = body
+    else:
+        text = "" if body is None else dumps(body)
+    return _plain(text)
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether a connection error was a refused connection (nothing listening at the address)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ConnectionRefusedError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _is_loopback(url: httpx.URL) -> bool:
+    host = url.host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _shown_url(url: httpx.URL) -> str:
+    """The URL without user info (a password in it is a secret) or query."""
+    return str(url.copy_with(username=None, password=None, query=None))
+
+
+# A 400/422 naming one of these is about the structured-output request: downgrade at once.
+_ABOUT_FORMAT = ("response_format", "json_schema", "json_object", "structured output", "guided_json",
+                 "guided decoding", "response format")
+# One naming these is about the prompt's size: a lower structured-output mode cannot help.
+_ABOUT_CONTEXT = ("context_length", "context length", "context window", "maximum context", "too many tokens",
+                  "prompt is too long", "reduce the length")
+
+_TRUNCATED_BUDGET_FACTOR = 4
+"""A reply cut off at `max_completion_tokens` is asked once more with this many times the budget."""
+
+_MAX_TOKENS = 10_000_000
+"""More tokens than this in one completion is not a real count (no model's context is that large)."""
+
+
+def _error_text(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    return (dumps(body) if body is not None and not isinstance(body, str) else str(body or "")).lower() + " " + str(exc).lower()
 
 
 class Judge:
@@ -169,8 +284,14 @@ class Judge:
         self._owns_client = http_client is None
         self._http = http_client or judge_http_client(config.max_concurrency, config.timeout)
         self._url = httpx.URL(config.base_url.rstrip("/") + "/chat/completions")  # parsed once, not per request
+        key = config.resolved_api_key()
+        # Replies that echo the key lose it before anything reads them (also in its JSON-escaped form).
+        self._secrets = tuple({s.encode() for s in (key, dumps(key)[1:-1])}) if len(key) >= 8 and (
+            config.api_key is not None or os.environ.get(config.api_key_env)) else ()
+        self._warned: set[str] = set()
+        self._first_request = True
         self._headers = {
-            "Authorization": f"Bearer {config.resolved_api_key()}",
+            "Authorization": f"Bearer {key}",
             "Content-Type": "application/json",
             "Accept": "application/json",
             "User-Agent": "reflection",
@@ -213,8 +334,10 @@ class Judge:
         if price is None:
             return 0.0
         cached_price = price.prompt if price.cached is None else price.cached
-        uncached = usage.prompt_tokens - usage.cached_tokens
-        return (uncached * price.prompt + usage.cached_tokens * cached_price + usage.completion_tokens * price.completion) / 1e6
+        cached = min(max(usage.cached_tokens, 0), max(usage.prompt_tokens, 0))
+        uncached = max(usage.prompt_tokens, 0) - cached
+        completion = max(usage.completion_tokens, 0)
+        return (uncached * price.prompt + cached * cached_price + completion * price.completion) / 1e6
 
     async def ask(
         self,
@@ -260,7 +383,7 @@ class Judge:
                     except Exception as exc:  # noqa: BLE001 - any validation failure is re-asked
                         self._reask(conversation, raw_reply, str(exc))
                         raise InvalidReply(f"the judge reply failed validation: {exc}") from None
-        except (_sdk().APIError, InvalidReply) as exc:
+        except (_sdk().APIError, InvalidReply, _Unanswerable) as exc:
             raise JudgeError(f"{_describe(exc)} (after {totals['requests']} request(s))", self._usage(totals)) from exc
         if self.cache is not None and cache_key is not None:
             await self.cache.put(cache_key, data)
@@ -288,16 +411,34 @@ class Judge:
             "content": f"Your previous reply was invalid: {error[:1500]}\nReply again with only one JSON object that matches the schema.",
         })
 
+    def _warn_once(self, topic: str, message: str) -> None:
+        if topic not in self._warned:
+            self._warned.add(topic)
+            logger.warning("%s", message)
+
+    def _downgrade(self, mode: StructuredMode, exc: BaseException) -> None:
+        """Remember a lower structured-output mode for this endpoint; log it once, with the server's reason."""
+        order = ("json_schema", "json_object", "prompt")
+        current = self.structured_mode
+        if order.index(mode) <= order.index(current):
+            return  # a concurrent request already went as low
+        _ENDPOINT_MODES[(self.config.base_url, self.config.model)] = mode
+        logger.warning("judge %s (model %s): structured output %s was refused (%s); using %s from now on",
+                       _shown_url(self._url), _plain(self.config.model, 100), current,
+                       _describe(exc), "prompt-only JSON" if mode == "prompt" else mode)
+
     async def _request(
         self, conversation: list[dict[str, str]], schema: dict[str, Any], schema_name: str, totals: dict[str, int]
     ) -> str:
         mode = self.structured_mode
+        budget = self.config.max_completion_tokens
+        probing: BaseException | None = None  # a 400/422 of unclear cause: is a lower mode accepted?
         while True:
             body: dict[str, Any] = {
                 "model": self.config.model,
                 "messages": conversation,
                 "temperature": 0,
-                "max_completion_tokens": self.config.max_completion_tokens,
+                "max_completion_tokens": budget,
             }
             if mode == "json_schema":
                 body["response_format"] = {
@@ -310,14 +451,29 @@ class Judge:
             totals["prompt_chars"] += sum(len(m["content"]) for m in conversation)
             try:
                 completion = await self._post_limited(body)
-            except (_sdk().BadRequestError, _sdk().UnprocessableEntityError):
+            except (_sdk().BadRequestError, _sdk().UnprocessableEntityError) as exc:
                 fallback = _FALLBACK[mode]
-                if self.config.structured_output != "auto" or fallback is None:
+                text = _error_text(exc)
+                if self.config.structured_output != "auto" or fallback is None or any(p in text for p in _ABOUT_CONTEXT):
                     raise
-                # The server rejected this response_format: remember the downgrade for the endpoint.
-                mode = _ENDPOINT_MODES[(self.config.base_url, self.config.model)] = fallback
+                if any(p in text for p in _ABOUT_FORMAT):
+                    self._downgrade(fallback, exc)  # the server named response_format: remember at once
+                elif probing is None:
+                    probing = exc  # remembered only if the lower mode then succeeds
+                mode = fallback
                 continue
-            _add_usage(totals, completion.get("usage"))
+            if probing is not None:
+                self._downgrade(mode, probing)
+                probing = None
+            self._add_usage(totals, completion.get("usage"))
+            if _finish_reason(completion) == "length":
+                if budget == self.config.max_completion_tokens:
+                    budget *= _TRUNCATED_BUDGET_FACTOR  # the same request with room to finish
+                    continue
+                raise _Unanswerable(
+                    f"the judge reply was truncated: it hit the completion budget twice (finish_reason \"length\" "
+                    f"at max_completion_tokens {self.config.max_completion_tokens}, then at {budget}); "
+                    "raise judge.max_completion_tokens")
             choices = completion.get("choices")
             if not choices or not isinstance(choices, list):
                 raise InvalidReply("the judge returned no choices")
@@ -337,7 +493,10 @@ class Judge:
         except anyio.WouldBlock:
             await limiter.acquire()
         try:
-            return await self._post(body)
+            with telemetry.judge_span(self.config) as span:
+                completion = await self._post(body)
+                telemetry.record_completion(span, completion)
+            return completion
         finally:
             limiter.release()
 
@@ -348,34 +507,108 @@ class Judge:
         apply, so respx and injected transports see it) instead of through the SDK's request
         machinery, which costs about a millisecond of CPU per request; errors are mapped onto
         the SDK's exception types, so retries and callers see what the SDK would raise.
+        The whole exchange has one deadline (`timeout`) and a bounded body (`max_response_bytes`).
         """
+        if self._first_request:
+            self._first_request = False
+            self._check_key()
         request = self._http.build_request("POST", self._url, content=orjson.dumps(body), headers=self._headers,
                                            timeout=self._timeout)
         try:
-            response = await self._http.send(request)
-        except httpx.TimeoutException as exc:
+            with anyio.fail_after(self.config.timeout):
+                response = await self._http.send(request, stream=True)
+                try:
+                    content = await self._read_body(response)
+                finally:
+                    await response.aclose()
+        except (TimeoutError, httpx.TimeoutException) as exc:
             raise _sdk().APITimeoutError(request=request) from exc  # type: ignore[arg-type]
         except httpx.RequestError as exc:
+            if _refused(exc):
+                raise JudgeFatalError(_shown_url(self._url), f"connection refused ({_plain(str(exc))})") from exc
             raise _sdk().APIConnectionError(message=f"Connection error: {exc}", request=request) from exc  # type: ignore[arg-type]
+        for secret in self._secrets:
+            if secret in content:
+                content = content.replace(secret, b"[redacted]")
         try:
-            data = orjson.loads(response.content)
+            data = orjson.loads(content)
         except orjson.JSONDecodeError:
             data = None
         if response.status_code >= 400:
-            raise _status_error(response, data)
+            error = _status_error(response, data, content)
+            if response.status_code in _FATAL_STATUSES:
+                raise JudgeFatalError(_shown_url(self._url), f"HTTP {response.status_code}: {_server_message(error.body)}",
+                                      status=response.status_code, server_message=_server_message(error.body)) from error
+            raise error
         if not isinstance(data, dict):
             raise InvalidReply(f"the judge endpoint sent HTTP {response.status_code} without a JSON chat completion")
         return data
 
+    async def _read_body(self, response: httpx.Response) -> bytes:
+        """The response body, refusing one over `max_response_bytes` without reading it all."""
+        cap = self.config.max_response_bytes
+        declared = response.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > cap:
+            raise _Unanswerable(f"the judge's response is {int(declared):,} bytes, over max_response_bytes ({cap:,})")
+        chunks = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > cap:
+                raise _Unanswerable(f"the judge's response exceeded max_response_bytes ({cap:,} bytes)")
+            chunks.append(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-def _status_error(response: httpx.Response, data: Any) -> openai.APIStatusError:
+    def _check_key(self) -> None:
+        """Warn (once, before the first request) when a remote endpoint gets no API key."""
+        if self.config.api_key is None and not os.environ.get(self.config.api_key_env) and not _is_loopback(self._url):
+            self._warn_once("no-key", f"judge {_shown_url(self._url)}: no API key is set (judge.api_key is unset and "
+                                      f"${self.config.api_key_env} is empty) for a remote endpoint; "
+                                      "its requests will likely be refused with HTTP 401")
+
+    def _add_usage(self, totals: dict[str, int], usage: Any) -> None:
+        """Add a completion's token counts to `totals`. Missing or malformed counts add nothing;
+        negative or absurd ones (a broken server) count as 0, with a warning, so costs stay sane."""
+        if not isinstance(usage, dict):
+            return
+        details = usage.get("prompt_tokens_details")
+        counts = {"prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"),
+                  "cached_tokens": details.get("cached_tokens") if isinstance(details, dict) else None}
+        for key, value in counts.items():
+            if isinstance(value, float) and value.is_integer():
+                value = counts[key] = int(value)  # a huge integer arrives as a float
+            if not isinstance(value, int) or isinstance(value, bool):
+                counts[key] = 0
+            elif not 0 <= value <= _MAX_TOKENS:
+                self._warn_once(f"usage-{key}", f"judge {_shown_url(self._url)} reported {_plain(str(value), 40)} "
+                                                f"{key}, outside 0-{_MAX_TOKENS:,}; counting 0 (further such counts too)")
+                counts[key] = 0
+        if counts["cached_tokens"] > counts["prompt_tokens"]:
+            self._warn_once("usage-cached", f"judge {_shown_url(self._url)} reported more cached_tokens than "
+                                            "prompt_tokens; counting the cached tokens as the prompt tokens")
+            counts["cached_tokens"] = counts["prompt_tokens"]
+        for key, value in counts.items():
+            totals[key] += value
+
+
+def _finish_reason(completion: dict[str, Any]) -> Any:
+    choices = completion.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    return first.get("finish_reason") if isinstance(first, dict) else None
+
+
+def _status_error(response: httpx.Response, data: Any, content: bytes) -> openai.APIStatusError:
     """The SDK's exception for an HTTP error status (its own status-to-class mapping)."""
-    body = data.get("error", data) if isinstance(data, dict) else (data if data is not None else response.text)
+    text = content.decode("utf-8", "replace")
+    body = data.get("error", data) if isinstance(data, dict) else (data if data is not None else text)
     sdk = _sdk()
     name = _STATUS_ERRORS.get(response.status_code)
     cls = getattr(sdk, name) if name else sdk.InternalServerError if response.status_code >= 500 else sdk.APIStatusError
     return cls(f"Error code: {response.status_code} - {body}", response=response, body=body)  # type: ignore[arg-type]
 
+
+_FATAL_STATUSES = frozenset({401, 403, 404})
+"""A bad key, no permission, an unknown model or a wrong path: no request to the endpoint can succeed."""
 
 _STATUS_ERRORS: dict[int, str] = {
     400: "BadRequestError",
@@ -386,20 +619,6 @@ _STATUS_ERRORS: dict[int, str] = {
     422: "UnprocessableEntityError",
     429: "RateLimitError",
 }
-
-
-def _add_usage(totals: dict[str, int], usage: Any) -> None:
-    """Add a completion's token counts to `totals`; missing or malformed counts add nothing."""
-    if not isinstance(usage, dict):
-        return
-    for key, field in (("prompt_tokens", "prompt_tokens"), ("completion_tokens", "completion_tokens")):
-        value = usage.get(field)
-        if isinstance(value, int) and not isinstance(value, bool):
-            totals[key] += value
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    if isinstance(cached, int) and not isinstance(cached, bool):
-        totals["cached_tokens"] += cached
 
 
 def _strip_fences(text: str) -> str:

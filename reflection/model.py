@@ -6,10 +6,14 @@ Foreign shapes (OpenAI, Anthropic, MCP, BFCL, ...) are turned into these by `ref
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Iterable
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+from reflection._json import dumps
 
 STATIC_CHECKS: tuple[str, ...] = (
     "non_existent_function",
@@ -318,3 +322,107 @@ class ReflectionResult(_Frozen):
         if self.overall_valid is not None:
             out["overall_valid"] = 1.0 if self.overall_valid else 0.0
         return out
+
+    def feedback(self, max_chars: int = 2000) -> str | None:
+        """Plain text an agent's model can act on, or None when the call is valid.
+
+        Lists each failing check with its parameters, what was expected, the correction when
+        one exists and the judge's explanation; checks the judge could not answer are named
+        too. Deterministic, no markup, control characters removed from untrusted text, and at
+        most `max_chars` characters.
+        """
+        if self.overall_valid is True:
+            return None
+        if max_chars < 20:
+            raise ValueError(f"max_chars must be at least 20, got {max_chars}")
+        name = _plain(self.call.name) or "(no name)"
+        lines = [f"The call to {name} was not run. Fix these problems and propose the call again:"]
+        for check in STATIC_CHECKS:
+            result = self.static.checks[check]
+            if result.passed:
+                continue
+            if not result.findings:
+                lines.append(f"- {check}")
+            for finding in result.findings[:_FEEDBACK_FINDINGS]:
+                # The checker's messages name the path and what was expected; others may not.
+                message = _plain(finding.message)
+                where = "" if message.startswith(finding.path) else f"{_plain(finding.path)}: "
+                lines.append(f"- {check}: {where}{message}")
+            if len(result.findings) > _FEEDBACK_FINDINGS:
+                lines.append(f"  ({len(result.findings) - _FEEDBACK_FINDINGS} more like this)")
+        for check in SEMANTIC_CHECKS:
+            semantic = self.semantic.get(check)
+            if semantic is None or semantic.status == "passed":
+                continue
+            if semantic.status == "failed":
+                lines.append(f"- {check} (score {semantic.score}/5): {_plain(semantic.explanation) or 'no explanation given'}")
+                parameters = self._implicated(semantic)
+                if parameters:
+                    lines.append(f"  parameters: {', '.join(parameters)}")
+                lines.extend(_correction_lines(semantic.correction))
+            elif semantic.status == "uncertain":
+                lines.append(f"- {check} could not be confirmed (judge confidence {semantic.confidence}): "
+                             f"{_plain(semantic.explanation) or 'no explanation given'}")
+            elif semantic.status == "error":
+                lines.append(f"- {check} could not be checked: {_plain(semantic.error or 'the judge failed')}")
+        correction = self.static.correction
+        if correction is not None:
+            lines.append(f"Corrected call (passes the static checks): {_plain(correction.name)} "
+                         f"{_plain_value(correction.arguments)}")
+        text = "\n".join(lines)
+        return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+
+    def _implicated(self, semantic: SemanticCheckResult) -> list[str]:
+        """Argument paths a failed judge check is about: those its evidence, explanation or
+        suggested arguments point at, and those whose value grounding found nowhere."""
+        said = " ".join((*semantic.evidence, semantic.explanation)).lower()
+        suggested = semantic.correction.suggested_arguments if semantic.correction else None
+        out = []
+        for value in self.grounding:
+            key = value.path.rsplit(".", 1)[-1].split("[", 1)[0]
+            text = "" if isinstance(value.value, (dict, list)) else str(value.value).lower()
+            pointed = _mentions(said, key.lower()) or (len(text) >= 2 and _mentions(said, text)) or (
+                suggested is not None and key in suggested and suggested[key] != (self.call.arguments or {}).get(key))
+            if not value.grounded:
+                out.append(f"{_plain(value.path)} (value {_plain_value(value.value)} not found in the conversation)")
+            elif pointed:
+                out.append(_plain(value.path))
+        return out
+
+
+_FEEDBACK_FINDINGS = 5
+_FEEDBACK_TEXT = 300
+
+
+def _plain(text: str, limit: int = _FEEDBACK_TEXT) -> str:
+    """Untrusted text as one plain line: control and format characters (escape sequences,
+    bidi overrides, zero-width marks) removed, whitespace collapsed, length bounded."""
+    cleaned = "".join(" " if unicodedata.category(ch)[0] in "CZ" else ch for ch in text)
+    cleaned = " ".join(cleaned.split())
+    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
+
+
+def _mentions(text: str, needle: str) -> bool:
+    """`needle` occurs in `text` as a whole token ("id" is not in "evidence", "40" not in "400")."""
+    return bool(needle) and re.search(rf"(?<!\w){re.escape(needle)}(?!\w)", text) is not None
+
+
+def _plain_value(value: Any) -> str:
+    try:
+        text = dumps(value)
+    except (TypeError, ValueError):
+        text = str(value)
+    return _plain(text)
+
+
+def _correction_lines(correction: SemanticCorrection | None) -> list[str]:
+    if correction is None:
+        return []
+    lines = []
+    if correction.suggested_arguments is not None:
+        lines.append(f"  suggested arguments: {_plain_value(correction.suggested_arguments)}")
+    if correction.better_function:
+        lines.append(f"  better tool: {_plain(correction.better_function)}")
+    if correction.missing_prerequisite:
+        lines.append(f"  first: {_plain(correction.missing_prerequisite)}")
+    return lines

@@ -10,10 +10,11 @@ import anyio
 import httpx
 import sniffio
 
+from reflection import telemetry
 from reflection.config import ReflectionConfig
 from reflection.formats import normalize_calls, normalize_history, normalize_tools
 from reflection.grounding import ground_call
-from reflection.judge import Judge
+from reflection.judge import Judge, _reraise_fatal
 from reflection.model import History, ReflectionResult, ToolCall, ToolInventory
 from reflection.semantic import SemanticRequest, run_semantic
 from reflection.static import check_call
@@ -26,8 +27,11 @@ STATIC_FAILED = "the static stage failed (set continue_on_static to run the judg
 
 
 def _is_parallel(call: Any) -> bool:
-    """Several calls in: several results out. A list, or a message carrying `tool_calls`."""
-    return isinstance(call, (list, tuple)) or (isinstance(call, Mapping) and isinstance(call.get("tool_calls"), list))
+    """Several calls in: several results out. A list, or an assistant message carrying
+    `tool_calls` (OpenAI) or content blocks (Anthropic `tool_use`)."""
+    return isinstance(call, (list, tuple)) or (isinstance(call, Mapping) and (
+        isinstance(call.get("tool_calls"), list)
+        or (call.get("role") == "assistant" and isinstance(call.get("content"), list))))
 
 
 class Reflector:
@@ -76,9 +80,13 @@ class Reflector:
             siblings = tuple(c for j, c in enumerate(calls) if j != i)
             results[i] = await self._reflect_one(calls[i], inventory, conversation, siblings)
 
-        async with anyio.create_task_group() as tg:
-            for i in range(len(calls)):
-                tg.start_soon(run, i)
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(len(calls)):
+                    tg.start_soon(run, i)
+        except BaseExceptionGroup as failed:
+            _reraise_fatal(failed)
+            raise
         return [r for r in results if r is not None]
 
     async def reflect_many(
@@ -97,34 +105,58 @@ class Reflector:
                 else:
                     results[i] = await self.reflect(*row)
 
-        async with anyio.create_task_group() as tg:
-            for i, row in enumerate(rows):
-                tg.start_soon(run, i, row)
+        try:
+            async with anyio.create_task_group() as tg:
+                for i, row in enumerate(rows):
+                    tg.start_soon(run, i, row)
+        except BaseExceptionGroup as failed:
+            _reraise_fatal(failed)
+            raise
         return results
 
     async def _reflect_one(
         self, call: ToolCall, inventory: ToolInventory, history: History, siblings: tuple[ToolCall, ...]
     ) -> ReflectionResult:
+        with telemetry.reflection_span(call.name, self.judge.config.model if self.judge else None) as span:
+            base = self._static_stage(call, inventory, history)
+            if self.judge is None or not self.config.checks:
+                result = ReflectionResult(**base, judge_skipped=NO_JUDGE, overall_valid=overall_valid(base["static"], {}))
+            elif not base["static"].valid and not self.config.continue_on_static:
+                result = ReflectionResult(**base, judge_skipped=STATIC_FAILED, overall_valid=False)
+            else:
+                result = await self._semantic_stage(base, inventory, history, siblings)
+            telemetry.record_result(span, result)
+            return result
+
+    def _static_stage(self, call: ToolCall, inventory: ToolInventory, history: History) -> dict[str, Any]:
+        """The judge-free part of a reflection: static checks, grounding and warnings, as
+        `ReflectionResult` fields (the gate decides on them whether to ask the judge)."""
         static = check_call(call, inventory)
-        spec = inventory.get(call.name)
-        grounding = ground_call(call, history, spec) if call.error is None else ()
+        grounding = ground_call(call, history, inventory.get(call.name)) if call.error is None else ()
         warnings = tuple(static.warnings) + tuple(history.problems)
-        base = {"call": call, "static": static, "grounding": grounding, "warnings": warnings}
-        if self.judge is None or not self.config.checks:
-            return ReflectionResult(**base, judge_skipped=NO_JUDGE, overall_valid=overall_valid(static, {}))
-        if not static.valid and not self.config.continue_on_static:
-            return ReflectionResult(**base, judge_skipped=STATIC_FAILED, overall_valid=False)
-        request = SemanticRequest(call=call, spec=spec, inventory=inventory, history=history,
-                                  grounding=grounding, parallel_calls=siblings)
+        return {"call": call, "static": static, "grounding": grounding, "warnings": warnings}
+
+    async def _semantic_stage(
+        self, base: dict[str, Any], inventory: ToolInventory, history: History, siblings: tuple[ToolCall, ...]
+    ) -> ReflectionResult:
+        """Ask the judge about the call in `base` (from `_static_stage`) and reduce to the verdict."""
+        assert self.judge is not None
+        call: ToolCall = base["call"]
+        request = SemanticRequest(call=call, spec=inventory.get(call.name), inventory=inventory, history=history,
+                                  grounding=base["grounding"], parallel_calls=siblings)
         replies, usage = await run_semantic(
             self.judge, request, self.config.checks, mode=self.config.mode,
             token_budget=self.config.history_token_budget, prompts_dir=self.config.prompts_dir,
         )
+        return self._verdict(base, replies, usage)
+
+    def _verdict(self, base: dict[str, Any], replies: dict[str, Any], usage: Any) -> ReflectionResult:
+        """The result from the judge's replies (or `JudgeError`s), with thresholds applied."""
         semantic = {
             name: judge_check(reply, self.config.thresholds[name], self.config.uncertain_below)
             for name, reply in replies.items()
         }
-        return ReflectionResult(**base, semantic=semantic, usage=usage, overall_valid=overall_valid(static, semantic))
+        return ReflectionResult(**base, semantic=semantic, usage=usage, overall_valid=overall_valid(base["static"], semantic))
 
 
 async def reflect(

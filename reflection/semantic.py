@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from reflection._json import dumps, parse_json
 from reflection._resources import Template, load_template
-from reflection.judge import Judge, JudgeError, request_key
+from reflection.judge import Judge, JudgeError, request_key, _reraise_fatal
 from reflection.model import (
     History,
     JudgeUsage,
@@ -279,7 +279,11 @@ async def run_semantic(
     if len(groups) == 1:
         await ask(groups[0])
     else:
-        async with anyio.create_task_group() as tg:
-            for group in groups:
-                tg.start_soon(ask, group)
+        try:
+            async with anyio.create_task_group() as tg:
+                for group in groups:
+                    tg.start_soon(ask, group)
+        except BaseExceptionGroup as failed:
+            _reraise_fatal(failed)  # an endpoint that cannot answer stops the caller, whatever the mode
+            raise
     return {name: replies[name] for name in checks}, usages[0] if len(usages) == 1 else JudgeUsage.total(usages)

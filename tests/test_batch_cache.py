@@ -39,12 +39,49 @@ async def test_the_cache_file_uses_write_ahead_logging(tmp_path):
     assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-async def test_a_file_that_is_not_sqlite_is_a_clear_error(tmp_path):
+async def test_a_file_that_is_not_sqlite_turns_the_cache_off_with_one_warning_advising_deletion(tmp_path, caplog):
     path = tmp_path / "cache.sqlite"
     path.write_text("this is not a database" * 100)
-    with pytest.raises(sqlite3.DatabaseError, match="delete it or choose another cache path"):
-        async with SQLiteJudgeCache(path):
-            pass
+    async with SQLiteJudgeCache(path) as cache:
+        assert await cache.get("k") is None
+        await cache.put("k", 1)
+        assert await cache.get("k") is None
+    warnings = [r.getMessage() for r in caplog.records if r.name == "reflection.cache"]
+    assert len(warnings) == 1
+    assert f"judge cache {path}: DatabaseError: file is not a database" in warnings[0]
+    assert "the file is corrupt: delete it" in warnings[0]
+    assert path.read_text() == "this is not a database" * 100  # never changed
+
+
+async def test_a_full_database_turns_the_cache_off_without_advising_deletion(tmp_path, caplog):
+    path = tmp_path / "cache.sqlite"
+    async with SQLiteJudgeCache(path, write_batch=1) as cache:
+        await cache.put("small", 1)
+        await cache._db.execute("PRAGMA max_page_count = 4")  # SQLite's own "database or disk is full"
+        await cache.put("big", "x" * 100_000)
+        assert cache.failure is not None and "database or disk is full" in cache.failure
+        assert await cache.get("small") is None  # off: every lookup misses
+    warnings = [r.getMessage() for r in caplog.records if r.name == "reflection.cache"]
+    assert len(warnings) == 1 and "carrying on without the cache" in warnings[0]
+    assert "delete" not in warnings[0]
+    assert sqlite3.connect(path).execute("SELECT COUNT(*) FROM judge_replies").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("broken", ["corrupt", "unopenable"])
+async def test_a_batch_with_a_broken_cache_completes_without_it(tmp_path, server, caplog, broken):
+    source = write_jsonl(tmp_path / "in.jsonl", synthetic_rows(4))
+    if broken == "corrupt":
+        cache_file = tmp_path / "cache.sqlite"
+        cache_file.write_bytes(b"\x00garbage" * 500)
+    else:
+        (tmp_path / "a-file").write_text("")
+        cache_file = tmp_path / "a-file" / "cache.sqlite"  # its directory cannot exist
+    stats = await run_batch(source, tmp_path / "out.jsonl", config=judge_config(server), cache_path=cache_file)
+    rows = list(iter_output_rows(tmp_path / "out.jsonl"))
+    assert stats.written == 4 and all("error" not in r for r in rows)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "reflection.cache"]
+    assert len(warnings) == 1 and str(cache_file) in warnings[0]
+    assert ("delete it" in warnings[0]) == (broken == "corrupt")
 
 
 async def test_rerunning_a_finished_batch_into_a_new_output_makes_zero_judge_requests(tmp_path, server):

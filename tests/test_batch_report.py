@@ -58,7 +58,7 @@ def test_error_reasons_group_messages_that_differ_only_in_numbers_and_row_ids():
     report = build_report(ROWS + [row("g", None, 1.0, semantic={"general_hallucination_check": {
         "status": "error", "error": "HTTP 500 from the judge endpoint (after 2 request(s))"}})])
     reasons = {r.reason: (r.rows, r.example_ids) for r in report.error_reasons}
-    assert reasons["general_hallucination_check: HTTP N from the judge endpoint (after N request(s))"] == (2, ["d", "g"])
+    assert reasons["general_hallucination_check: HTTP 500 from the judge endpoint (after N request(s))"] == (2, ["d", "g"])
     assert reasons["no \"call\" or \"tool_calls\" field"] == (1, ["e"])
 
 

@@ -100,8 +100,7 @@ async def test_transient_failures_are_retried(failure):
 @pytest.mark.parametrize(("status", "error", "requests"), [
     (429, "RateLimitError", 3),  # retried until max_attempts
     (500, "InternalServerError", 3),
-    (401, "AuthenticationError", 1),  # not retried
-    (404, "NotFoundError", 1),
+    (409, "ConflictError", 1),  # not retried
 ])
 async def test_http_failures_surface_as_the_openai_sdks_exception_types(status, error, requests):
     import openai
@@ -171,9 +170,9 @@ async def test_attempts_are_bounded_and_the_sdk_does_not_retry_on_its_own(respx_
 
 @respx.mock(base_url=BASE)
 async def test_client_errors_are_not_retried(respx_mock):
-    route = respx_mock.post("/chat/completions").mock(return_value=httpx.Response(401, json={"error": {"message": "bad key"}}))
+    route = respx_mock.post("/chat/completions").mock(return_value=httpx.Response(409, json={"error": {"message": "busy"}}))
     async with Judge(config()) as judge:
-        with pytest.raises(JudgeError, match="HTTP 401"):
+        with pytest.raises(JudgeError, match="HTTP 409 from the judge endpoint: busy"):
             await ask(judge)
     assert route.call_count == 1
 

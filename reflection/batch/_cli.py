@@ -17,10 +17,13 @@ from reflection.batch._output import OutputCorrupt
 from reflection.batch.progress import make_progress
 from reflection.batch.report import read_report, render_report
 from reflection.batch.runner import BatchStats, default_cache_path, run_batch
+from reflection._log import warnings_to_stderr
+from reflection.judge import JudgeFatalError
 
 __all__ = ["batch", "report"]
 
-_USER_ERRORS = (ValueError, FileNotFoundError, OutputCorrupt, sqlite3.DatabaseError, ImportError, OSError)
+# JudgeFatalError: a judge endpoint that cannot answer (401/403/404/refused) stops the run.
+_USER_ERRORS = (ValueError, FileNotFoundError, OutputCorrupt, sqlite3.DatabaseError, ImportError, OSError, JudgeFatalError)
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -48,11 +51,14 @@ def batch(
     cache_path: Path | None = typer.Option(None, "--cache-path", dir_okay=False,
                                            help="Judge cache (SQLite). Default: .reflection-cache.sqlite next to OUTPUT."),
     static_only: bool = typer.Option(False, "--static-only", help="Run only the static checks and grounding."),
+    retry_unknown: bool = typer.Option(True, "--retry-unknown/--no-retry-unknown",
+                                       help="Reflect again the rows of OUTPUT whose judge failed, replacing them."),
     json_report: bool = typer.Option(False, "--json-report", help="Print the final report as JSON."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr."),
     flat: bool = typer.Option(False, "--flat", help="Write only id, overall_valid, the flat keys and error per row."),
 ) -> None:
     """Reflect every row of INPUT into OUTPUT, one result row per input row (any order), then print the report."""
+    warnings_to_stderr()
     from reflection.cli import load_config  # the shared flag/env/file merge; imported late (cli imports us)
 
     try:
@@ -67,7 +73,8 @@ def batch(
     try:
         stats: BatchStats = anyio.run(lambda: run_batch(
             input, output, config=cfg, concurrency=concurrency, cache=cache_file is not None,
-            cache_path=cache_file, progress=make_progress(err, enabled=progress), flat=flat,
+            cache_path=cache_file, progress=make_progress(err, enabled=progress), retry_unknown=retry_unknown,
+            flat=flat,
         ))
     except KeyboardInterrupt:
         err.print(f"interrupted: the rows written so far are in {output}; rerun the same command to resume", markup=False)
@@ -77,6 +84,8 @@ def batch(
     notes = [f"wrote {stats.written:,} rows to {output} in {stats.seconds:,.1f} s"]
     if stats.skipped:
         notes.append(f"{stats.skipped:,} already there (skipped)")
+    if stats.retried:
+        notes.append(f"{stats.retried:,} whose judge had failed asked again (replaced)")
     if stats.duplicates:
         notes.append(f"{stats.duplicates:,} duplicate ids (error rows)")
     if stats.truncated_bytes:

@@ -94,11 +94,11 @@ def _is_flat_key(key: str, value: Any) -> bool:
 
 
 _ROW_PREFIX = re.compile(r"^row .*?: ")
-_NUMBERS = re.compile(r"\d+")
+_NUMBERS = re.compile(r"(?<!HTTP )(?<!\d)\d+")
 
 
 def _reason_key(message: str) -> str:
-    """Group messages that differ only in row ids or numbers."""
+    """Group messages that differ only in row ids or numbers; HTTP statuses stay as they are."""
     text = _NUMBERS.sub("N", _ROW_PREFIX.sub("", message.strip()))
     return text if len(text) <= 160 else text[:159] + "…"
 

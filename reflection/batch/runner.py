@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from reflection._cache import SQLiteJudgeCache
-from reflection.batch._output import OutputFile
+from reflection.batch._output import OutputFile, judge_failed
 from reflection.batch.inputs import SourceRow, count_rows, detect_format, read_source
 from reflection.batch.progress import BatchProgress, NoProgress
 from reflection.config import ReflectionConfig
@@ -53,6 +53,8 @@ class BatchStats:
     """Input rows whose id an earlier input row already used (written as error rows)."""
     truncated_bytes: int = 0
     """A partial last line cut off the output on open (the previous run was killed)."""
+    retried: int = 0
+    """Rows already in the output whose judge had failed, removed to be reflected again."""
     seconds: float = 0.0
     judge_requests: int = 0
     cache_hits: int = 0
@@ -82,8 +84,8 @@ class _Ids:
         self.stats = stats
         self.seen: set[str] = set()
 
-    def prepare(self, source: SourceRow) -> InputRow | dict[str, Any] | None:
-        """An `InputRow` to reflect, an error row to write, or None (already in the output)."""
+    def name(self, source: SourceRow) -> tuple[str, str | None]:
+        """The row's output id, and the id it duplicates (None when it is the first)."""
         rid = row_id(source.raw, source.position)
         duplicate_of = None
         if rid in self.seen:
@@ -92,6 +94,11 @@ class _Ids:
                 k += 1
             duplicate_of, rid = rid, f"{rid}#{k}"
         self.seen.add(rid)
+        return rid, duplicate_of
+
+    def prepare(self, source: SourceRow) -> InputRow | dict[str, Any] | None:
+        """An `InputRow` to reflect, an error row to write, or None (already in the output)."""
+        rid, duplicate_of = self.name(source)
         if rid in self.skip_ids:
             self.stats.skipped += 1
             return None
@@ -282,6 +289,17 @@ async def reflect_dataset(
             yield row
 
 
+def _input_ids(input: Path, fmt: str, wanted: Container[str]) -> set[str]:
+    """The ids among `wanted` that rows of `input` get (named as `_Ids` names them)."""
+    ids = _Ids(frozenset(), BatchStats())
+    found = set()
+    for source in read_source(input, fmt):
+        rid, _ = ids.name(source)
+        if rid in wanted:
+            found.add(rid)
+    return found
+
+
 async def run_batch(
     input: str | Path,
     output: str | Path,
@@ -293,14 +311,19 @@ async def run_batch(
     progress: BatchProgress | None = None,
     format: str | None = None,
     http_client: Any = None,
+    retry_unknown: bool = True,
     flat: bool = False,
 ) -> BatchStats:
     """Reflect `input` into the JSON Lines file `output`, resuming where a previous run stopped.
 
     Rows already in `output` (by id) are skipped; a partial last line left by a killed run is
-    cut off first. Judge replies are cached in SQLite at `cache_path` (default: see
-    `default_cache_path`) unless `cache` is False; with no judge configured there is no cache.
-    `http_client` and `flat`: as for `reflect_dataset`.
+    cut off first. With a judge configured and `retry_unknown`, rows of the input whose
+    written row lacks a verdict because the judge failed (`judge_failed`) are reflected again
+    and replace the old rows (see `OutputFile.drop`): ids stay unique. Judge replies are
+    cached in SQLite at `cache_path` (default: see `default_cache_path`) unless `cache` is
+    False; with no judge configured there is no cache. `http_client` and `flat`: as for
+    `reflect_dataset`. A `JudgeFatalError` (the endpoint refuses every request) ends the run;
+    the rows written so far stay, and a rerun resumes.
     """
     input, output = Path(input), Path(output)
     fmt = format or detect_format(input)
@@ -313,8 +336,10 @@ async def run_batch(
     progress = progress or NoProgress()
     stats = BatchStats(judge=config.judge is not None)
     started = time.monotonic()
-    with OutputFile(output) as out:
+    with OutputFile(output, retry=judge_failed if retry_unknown and config.judge else None) as out:
         stats.truncated_bytes = out.truncated_bytes
+        if out.retry_ids:
+            stats.retried = out.drop(_input_ids(input, fmt, out.retry_ids))
         done = out.existing_ids
         total = count_rows(input, fmt)
         progress.start(None if total is None else max(0, total - len(done)), len(done))

@@ -10,7 +10,6 @@ Lines when piped.
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import sys
 from pathlib import Path
 from typing import IO, Any
@@ -24,6 +23,8 @@ from reflection._cache import SQLiteJudgeCache
 from reflection._json import dumps
 from reflection.batch.runner import _batch_judge
 from reflection.config import ReflectionConfig
+from reflection._log import warnings_to_stderr
+from reflection.judge import JudgeFatalError
 from reflection.scoring.files import ScoreSummary, ascore_files
 
 __all__ = ["score"]
@@ -56,6 +57,7 @@ def score(
     With a judge configured, rows also get the LLM-judged metrics (response_correctness,
     tool_selection_judged); without one those are null.
     """
+    warnings_to_stderr()
     # The flag/env/file merge shared with check and batch; imported late (reflection.cli imports us).
     from reflection.cli import load_config
 
@@ -70,7 +72,7 @@ def score(
     out = output.open("w", encoding="utf-8") if output else sys.stdout
     try:
         anyio.run(_write_rows, predictions, references, out, summary, cfg, concurrency, cache_path)
-    except sqlite3.DatabaseError as exc:  # an unusable --cache-path; it is opened before any row is written
+    except JudgeFatalError as exc:  # the endpoint cannot answer any row: stop at the first such error
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     finally:

@@ -36,7 +36,7 @@ from reflection.testing._protocol import (
     score_reply,
 )
 
-__all__ = ["FAULT_KINDS", "StandInJudge"]
+__all__ = ["FAULT_KINDS", "TRANSPORT_FAULTS", "FaultyStandInJudge", "StandInJudge"]
 
 FAULT_KINDS = ("429", "500", "timeout", "non_json", "out_of_range")
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error"}
@@ -117,7 +117,7 @@ class StandInJudge:
 
     def stop(self) -> None:
         """Stop serving and wait for the thread."""
-        if self._loop is not None and self._stop is not None:
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():  # not already stopped (idle)
             self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
             self._thread.join(10)
@@ -126,7 +126,7 @@ class StandInJudge:
         """Serve until stopped, idle for `idle_timeout`, or `max_requests` are answered."""
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        server = await self._loop.create_server(lambda: _Connection(self), "127.0.0.1", self.port, backlog=1024)
+        server = await self._loop.create_server(self._protocol, "127.0.0.1", self.port, backlog=1024)
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         async with server:
@@ -138,6 +138,9 @@ class StandInJudge:
                 idle = time.monotonic() - self._last_request
                 if idle > self.idle_timeout or self.requests >= self.max_requests:
                     break
+
+    def _protocol(self) -> asyncio.Protocol:
+        return _Connection(self)
 
     def respond(self, method: str, path: str, raw: bytes) -> tuple[int, str, dict[str, str], float]:
         """Status (0: a simulated timeout), JSON body, extra headers, and the delay before answering."""
@@ -241,6 +244,93 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
+# --- Transport faults: a server misbehaving on the wire (slow, huge, refusing) -----------------
+# Kept apart from the reply logic above: these faults are about bytes and statuses, not replies.
+
+TRANSPORT_FAULTS = ("trickle", "huge", "status")
+
+
+class FaultyStandInJudge(StandInJudge):
+    """The stand-in misbehaving on the wire on every request, for tests of a judge client's bounds:
+
+    - `trickle`: the right reply, sent one byte every `trickle_interval` seconds (each read is
+      quick, so only an overall deadline stops it); it hangs up after `trickle_for` seconds;
+    - `huge`: HTTP 200 with a body of `huge_bytes` bytes and no content-length;
+    - `status`: HTTP `status` (e.g. 401) with an OpenAI-style error message, as a server
+      with a wrong key, model or path answers.
+    """
+
+    def __init__(self, *, transport_fault: str, status: int = 401, trickle_interval: float = 0.2,
+                 trickle_for: float = 30.0, huge_bytes: int = 64 * 1024 * 1024, **options: Any):
+        if transport_fault not in TRANSPORT_FAULTS:
+            raise ValueError(f"unknown transport fault {transport_fault!r}; choose from {TRANSPORT_FAULTS}")
+        super().__init__(**options)
+        self.transport_fault = transport_fault
+        self.status = status
+        self.trickle_interval = trickle_interval
+        self.trickle_for = trickle_for
+        self.huge_bytes = huge_bytes
+
+    def _protocol(self) -> asyncio.Protocol:
+        return _FaultyConnection(self)
+
+    def respond(self, method: str, path: str, raw: bytes) -> tuple[int, str, dict[str, str], float]:
+        """As the stand-in, but a `status` fault answers every request with that status."""
+        status, payload, extra, delay = super().respond(method, path, raw)
+        if self.transport_fault == "status":
+            message = {401: "Incorrect API key provided", 403: "You are not allowed to use this model",
+                       404: "The model does not exist"}.get(self.status, "refused by the stand-in")
+            return self.status, dumps({"error": {"message": message, "code": self.status}}), {}, 0.0
+        return status, payload, extra, delay
+
+
+class _FaultyConnection(_Connection):
+    """Writes each answer the way the server's transport fault says."""
+
+    judge: FaultyStandInJudge
+
+    def _answer(self, status: int, payload: str, extra: dict[str, str]) -> None:
+        fault = self.judge.transport_fault
+        if self.transport is None or fault == "status":
+            super()._answer(status, payload, extra)
+            return
+        loop = asyncio.get_running_loop()
+        if fault == "trickle":
+            data = payload.encode()
+            self.transport.write((f"HTTP/1.1 {status} OK\r\ncontent-type: application/json\r\n"
+                                  f"content-length: {len(data)}\r\n\r\n").encode())
+            give_up = loop.time() + self.judge.trickle_for
+            self._trickle(memoryview(data), give_up)
+        else:
+            self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n"
+                                 b'{"padding": "')
+            self._pour(self.judge.huge_bytes)
+
+    def _trickle(self, rest: memoryview, give_up: float) -> None:
+        if self.transport is None:
+            return
+        if not rest or asyncio.get_running_loop().time() > give_up:
+            self._close()
+            return
+        self.transport.write(bytes(rest[:1]))
+        asyncio.get_running_loop().call_later(self.judge.trickle_interval, self._trickle, rest[1:], give_up)
+
+    def _pour(self, left: int) -> None:
+        if self.transport is None:
+            return
+        if left <= 0:
+            self._close()
+            return
+        if self.transport.get_write_buffer_size() < 1024 * 1024:  # write only as fast as the client reads
+            chunk = min(left, 256 * 1024)
+            self.transport.write(b"x" * chunk)
+            left -= chunk
+        asyncio.get_running_loop().call_later(0.001, self._pour, left)
+
+
+# --- end of transport faults -----------------------------------------------------------------
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the stand-in in the foreground and print its base URL."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -249,9 +339,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fault-rate", type=float, default=0.0)
     parser.add_argument("--max-requests", type=int, default=1_000_000)
     parser.add_argument("--idle-timeout", type=float, default=120.0)
+    parser.add_argument("--transport-fault", choices=TRANSPORT_FAULTS, help="misbehave on the wire on every request")
+    parser.add_argument("--status", type=int, default=401, help="the HTTP status of --transport-fault status")
     args = parser.parse_args(argv)
-    server = StandInJudge(latency=args.latency, fault_rate=args.fault_rate, max_requests=args.max_requests,
-                          idle_timeout=args.idle_timeout, port=args.port)
+    options: dict[str, Any] = {"latency": args.latency, "fault_rate": args.fault_rate, "max_requests": args.max_requests,
+                               "idle_timeout": args.idle_timeout, "port": args.port}
+    server = (FaultyStandInJudge(transport_fault=args.transport_fault, status=args.status, **options)
+              if args.transport_fault else StandInJudge(**options))
 
     async def run() -> None:
         task = asyncio.create_task(server.serve())
