@@ -11,7 +11,9 @@ import typer
 
 from reflection._json import dumps
 from reflection.batch import reflect_dataset
-from reflection.batch._cli import batch, report
+from reflection.batch._cli import WORKERS_HELP, batch, report
+from reflection.batch._workers import default_workers, use_processes
+from reflection.batch.runner import static_lines
 from reflection.config import ReflectionConfig
 from reflection._log import warnings_to_stderr
 from reflection.judge import JudgeFatalError
@@ -56,6 +58,7 @@ def check(
     mode: str | None = typer.Option(None, "--mode", help="combined (one request per call) or per_check."),
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Rows reflected at once."),
     flat: bool = typer.Option(False, "--flat", help="Write only id, overall_valid, the flat keys and error per row."),
+    workers: int | None = typer.Option(None, "--workers", min=1, help=WORKERS_HELP),
 ) -> None:
     """Reflect every row of INPUT and write one JSON result row per input row."""
     warnings_to_stderr()
@@ -65,7 +68,11 @@ def check(
         typer.echo(f"judge skipped: {reason}; running static checks and grounding only", err=True)
     out = output.open("w", encoding="utf-8") if output else sys.stdout
     try:
-        counts = anyio.run(_check_file, input, out, cfg, concurrency, flat)
+        if use_processes(input, cfg, workers or default_workers()):
+            counts = _write_lines(static_lines(input, cfg, workers=workers or default_workers(), flat=flat,
+                                               format="jsonl"), out)
+        else:
+            counts = anyio.run(_check_file, input, out, cfg, concurrency, flat)
     except JudgeFatalError as exc:  # the endpoint cannot answer any row: stop at the first such error
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -74,6 +81,16 @@ def check(
             out.close()
     typer.echo(f"{counts['rows']} rows: {counts['valid']} valid, {counts['invalid']} invalid, "
                f"{counts['unknown']} unknown, {counts['error']} error", err=True)
+
+
+def _write_lines(lines: Any, out: Any) -> dict[str, int]:
+    counts = {"rows": 0, "valid": 0, "invalid": 0, "unknown": 0, "error": 0}
+    for summary, line in lines:
+        counts["rows"] += 1
+        key = "error" if "error" in summary else {True: "valid", False: "invalid", None: "unknown"}[summary["overall_valid"]]
+        counts[key] += 1
+        out.write(line.decode())
+    return counts
 
 
 async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: int, flat: bool) -> dict[str, int]:

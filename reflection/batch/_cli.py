@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from reflection.batch._output import OutputCorrupt
+from reflection.batch._workers import default_workers
 from reflection.batch.progress import make_progress
 from reflection.batch.report import read_report, render_report
 from reflection.batch.runner import BatchStats, default_cache_path, run_batch
@@ -24,6 +25,10 @@ __all__ = ["batch", "report"]
 
 # JudgeFatalError: a judge endpoint that cannot answer (401/403/404/refused) stops the run.
 _USER_ERRORS = (ValueError, FileNotFoundError, OutputCorrupt, sqlite3.DatabaseError, ImportError, OSError, JudgeFatalError)
+
+
+WORKERS_HELP = ("Processes reflecting rows when no judge is configured (default: the usable cores, at most 8; "
+                "inputs under 1 MiB use one). With a judge, rows run in one process, concurrently.")
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -56,6 +61,7 @@ def batch(
     json_report: bool = typer.Option(False, "--json-report", help="Print the final report as JSON."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr."),
     flat: bool = typer.Option(False, "--flat", help="Write only id, overall_valid, the flat keys and error per row."),
+    workers: int | None = typer.Option(None, "--workers", min=1, help=WORKERS_HELP),
 ) -> None:
     """Reflect every row of INPUT into OUTPUT, one result row per input row (any order), then print the report."""
     warnings_to_stderr()
@@ -74,7 +80,7 @@ def batch(
         stats: BatchStats = anyio.run(lambda: run_batch(
             input, output, config=cfg, concurrency=concurrency, cache=cache_file is not None,
             cache_path=cache_file, progress=make_progress(err, enabled=progress), retry_unknown=retry_unknown,
-            flat=flat,
+            flat=flat, workers=workers or default_workers(),
         ))
     except KeyboardInterrupt:
         err.print(f"interrupted: the rows written so far are in {output}; rerun the same command to resume", markup=False)

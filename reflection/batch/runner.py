@@ -20,6 +20,7 @@ from typing import Any
 
 from reflection._cache import SQLiteJudgeCache
 from reflection.batch._output import OutputFile, judge_failed
+from reflection.batch._workers import Line, reflect_in_processes, use_processes
 from reflection.batch.inputs import SourceRow, count_rows, detect_format, read_source
 from reflection.batch.progress import BatchProgress, NoProgress
 from reflection.config import ReflectionConfig
@@ -289,6 +290,14 @@ async def reflect_dataset(
             yield row
 
 
+def static_lines(input: Path, config: ReflectionConfig, *, workers: int, flat: bool = False,
+                 format: str | None = None) -> Iterator[Line]:
+    """What `reflection check` writes for a file when `use_processes` says so: each output row's
+    summary and line, in input order, with the id rules of `reflect_dataset`."""
+    items = _prepare(read_source(input, format), frozenset(), BatchStats())
+    return reflect_in_processes(items, config, workers=workers, flat=flat)
+
+
 def _input_ids(input: Path, fmt: str, wanted: Container[str]) -> set[str]:
     """The ids among `wanted` that rows of `input` get (named as `_Ids` names them)."""
     ids = _Ids(frozenset(), BatchStats())
@@ -313,6 +322,7 @@ async def run_batch(
     http_client: Any = None,
     retry_unknown: bool = True,
     flat: bool = False,
+    workers: int = 1,
 ) -> BatchStats:
     """Reflect `input` into the JSON Lines file `output`, resuming where a previous run stopped.
 
@@ -323,7 +333,9 @@ async def run_batch(
     cached in SQLite at `cache_path` (default: see `default_cache_path`) unless `cache` is
     False; with no judge configured there is no cache. `http_client` and `flat`: as for
     `reflect_dataset`. A `JudgeFatalError` (the endpoint refuses every request) ends the run;
-    the rows written so far stay, and a rerun resumes.
+    the rows written so far stay, and a rerun resumes. With no judge and `workers` > 1, rows
+    are reflected in that many processes (see `reflection.batch._workers`; inputs under 1 MiB
+    stay in one) and written in input order.
     """
     input, output = Path(input), Path(output)
     fmt = format or detect_format(input)
@@ -347,6 +359,11 @@ async def run_batch(
         try:
             async with _reflector_for(config, None, limit, judge_cache, http_client) as reflector:
                 items = _prepare(read_source(input, fmt), done, stats)
+                if use_processes(input, config, workers):  # static-only: the workers take every row
+                    for summary, line in reflect_in_processes(items, config, workers=workers, flat=flat):
+                        out.write_line(line)
+                        stats.written += 1
+                        progress.row(summary)
                 async for row in _reflect_rows(items, reflector, limit * _WINDOW_FACTOR, flat):
                     out.write(row)
                     stats.written += 1
