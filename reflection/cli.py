@@ -10,13 +10,11 @@ import anyio
 import typer
 
 from reflection._json import dumps
-from reflection.batch import reflect_dataset
+from reflection.batch.runner import reflect_dataset, static_lines
 from reflection.batch._cli import WORKERS_HELP, batch, report
 from reflection.batch._workers import default_workers, use_processes
-from reflection.batch.runner import static_lines
 from reflection.config import ReflectionConfig
 from reflection._log import warnings_to_stderr
-from reflection.judge import JudgeFatalError
 from reflection.scoring._cli import score
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -73,7 +71,7 @@ def check(
                                                format="jsonl"), out)
         else:
             counts = anyio.run(_check_file, input, out, cfg, concurrency, flat)
-    except JudgeFatalError as exc:  # the endpoint cannot answer any row: stop at the first such error
+    except _judge_fatal_error() as exc:  # the endpoint cannot answer any row: stop at the first such error
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     finally:
@@ -81,6 +79,13 @@ def check(
             out.close()
     typer.echo(f"{counts['rows']} rows: {counts['valid']} valid, {counts['invalid']} invalid, "
                f"{counts['unknown']} unknown, {counts['error']} error", err=True)
+
+
+def _judge_fatal_error() -> type[Exception]:
+    # Evaluated only when an exception reaches the `except`: a static-only run never loads the judge.
+    from reflection.judge import JudgeFatalError
+
+    return JudgeFatalError
 
 
 def _write_lines(lines: Any, out: Any) -> dict[str, int]:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from reflection.judge import JudgeError
 from reflection.model import SemanticCheckResult, StaticResult
-from reflection.semantic import CheckReply
+
+if TYPE_CHECKING:  # the static path (overall_valid) does not load the judge
+    from reflection.judge import JudgeError
+    from reflection.semantic import CheckReply
 
 __all__ = ["judge_check", "overall_valid"]
 
@@ -14,6 +17,8 @@ __all__ = ["judge_check", "overall_valid"]
 def judge_check(reply: CheckReply | JudgeError, threshold: int, uncertain_below: float | None) -> SemanticCheckResult:
     """One check's result: passed when its score reaches `threshold`; `uncertain` when the
     judge's confidence is below `uncertain_below`; `error` when the judge failed."""
+    from reflection.judge import JudgeError
+
     if isinstance(reply, JudgeError):
         return SemanticCheckResult(status="error", error=reply.reason)
     if uncertain_below is not None and reply.confidence < uncertain_below:

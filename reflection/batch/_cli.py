@@ -6,25 +6,32 @@ reflection.batch._cli` runs them on their own.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import typer
-from rich.console import Console
 
 from reflection.batch._output import OutputCorrupt
 from reflection.batch._workers import default_workers
-from reflection.batch.progress import make_progress
-from reflection.batch.report import read_report, render_report
-from reflection.batch.runner import BatchStats, default_cache_path, run_batch
 from reflection._log import warnings_to_stderr
-from reflection.judge import JudgeFatalError
+
+if TYPE_CHECKING:  # the commands import what they use when they run: `reflection check` stays light
+    from rich.console import Console
+
+    from reflection.batch.runner import BatchStats
 
 __all__ = ["batch", "report"]
 
-# JudgeFatalError: a judge endpoint that cannot answer (401/403/404/refused) stops the run.
-_USER_ERRORS = (ValueError, FileNotFoundError, OutputCorrupt, sqlite3.DatabaseError, ImportError, OSError, JudgeFatalError)
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that end a run with an `error:` line (evaluated only when one is raised).
+    JudgeFatalError: a judge endpoint that cannot answer (401/403/404/refused) stops the run."""
+    import sqlite3
+
+    from reflection.judge import JudgeFatalError
+
+    return (ValueError, FileNotFoundError, OutputCorrupt, sqlite3.DatabaseError, ImportError, OSError, JudgeFatalError)
 
 
 WORKERS_HELP = ("Processes reflecting rows when no judge is configured (default: the usable cores, at most 8; "
@@ -34,6 +41,8 @@ WORKERS_HELP = ("Processes reflecting rows when no judge is configured (default:
 def _console(*, stderr: bool = False) -> Console:
     """A terminal's own width; 120 columns for tables written to a file or pipe. Messages on
     stderr never wrap (soft wrap), so log lines stay whole."""
+    from rich.console import Console
+
     options = {"stderr": True, "soft_wrap": True, "highlight": False} if stderr else {}
     console = Console(**options)
     return console if console.is_terminal else Console(width=120, **options)
@@ -65,6 +74,8 @@ def batch(
 ) -> None:
     """Reflect every row of INPUT into OUTPUT, one result row per input row (any order), then print the report."""
     warnings_to_stderr()
+    from reflection.batch.progress import make_progress
+    from reflection.batch.runner import default_cache_path, run_batch
     from reflection.cli import load_config  # the shared flag/env/file merge; imported late (cli imports us)
 
     try:
@@ -85,7 +96,7 @@ def batch(
     except KeyboardInterrupt:
         err.print(f"interrupted: the rows written so far are in {output}; rerun the same command to resume", markup=False)
         raise typer.Exit(130) from None
-    except _USER_ERRORS as exc:
+    except _user_errors() as exc:
         raise _fail(str(exc)) from None
     notes = [f"wrote {stats.written:,} rows to {output} in {stats.seconds:,.1f} s"]
     if stats.skipped:
@@ -117,6 +128,8 @@ def report(
 
 
 def _print_report(output: Path, as_json: bool) -> None:
+    from reflection.batch.report import read_report, render_report
+
     summary = read_report(output)
     if as_json:
         typer.echo(summary.model_dump_json(indent=2))

@@ -16,17 +16,19 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Container, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reflection._cache import SQLiteJudgeCache
 from reflection.batch._output import OutputFile, judge_failed
 from reflection.batch._workers import Line, reflect_in_processes, use_processes
 from reflection.batch.inputs import SourceRow, count_rows, detect_format, read_source
-from reflection.batch.progress import BatchProgress, NoProgress
 from reflection.config import ReflectionConfig
-from reflection.judge import Judge, JudgeCache
 from reflection.pipeline import Reflector
 from reflection.rows import InputRow, RowError, error_row, read_row, result_row, row_id
+
+if TYPE_CHECKING:  # the judge, its SQLite cache and rich's progress load only when a run uses them
+    from reflection._cache import SQLiteJudgeCache
+    from reflection.batch.progress import BatchProgress
+    from reflection.judge import Judge, JudgeCache
 
 __all__ = ["DEFAULT_CACHE_NAME", "BatchStats", "default_cache_path", "reflect_dataset", "run_batch"]
 
@@ -214,6 +216,8 @@ def _batch_judge(
 ) -> Judge | None:
     if config.judge is None:
         return None
+    from reflection.judge import Judge
+
     # The batch's concurrency is the judge's: its limiter and connection pool are sized to it.
     return Judge(config.judge.model_copy(update={"max_concurrency": concurrency}), cache=cache, http_client=http_client)
 
@@ -232,11 +236,17 @@ async def _reflector_for(
     config = config or ReflectionConfig()
     async with contextlib.AsyncExitStack() as stack:
         if isinstance(cache, (str, Path)):
-            cache = await stack.enter_async_context(SQLiteJudgeCache(cache))
+            cache = await stack.enter_async_context(_sqlite_cache(cache))
         judge = _batch_judge(config, concurrency, cache, http_client)
         if judge is not None:
             await stack.enter_async_context(judge)
         yield Reflector(config, judge=judge)
+
+
+def _sqlite_cache(path: str | Path) -> SQLiteJudgeCache:
+    from reflection._cache import SQLiteJudgeCache  # aiosqlite loads only for runs with a judge
+
+    return SQLiteJudgeCache(path)
 
 
 def _concurrency(config: ReflectionConfig | None, reflector: Reflector | None, concurrency: int | None) -> int:
@@ -345,7 +355,10 @@ async def run_batch(
         raise ValueError("the output file must not be the input file")
     config = config or ReflectionConfig()
     limit = _concurrency(config, None, concurrency)
-    progress = progress or NoProgress()
+    if progress is None:
+        from reflection.batch.progress import NoProgress
+
+        progress = NoProgress()
     stats = BatchStats(judge=config.judge is not None)
     started = time.monotonic()
     with OutputFile(output, retry=judge_failed if retry_unknown and config.judge else None) as out:
@@ -355,7 +368,7 @@ async def run_batch(
         done = out.existing_ids
         total = count_rows(input, fmt)
         progress.start(None if total is None else max(0, total - len(done)), len(done))
-        judge_cache = SQLiteJudgeCache(cache_path or default_cache_path(output)) if cache and config.judge else None
+        judge_cache = _sqlite_cache(cache_path or default_cache_path(output)) if cache and config.judge else None
         try:
             async with _reflector_for(config, None, limit, judge_cache, http_client) as reflector:
                 items = _prepare(read_source(input, fmt), done, stats)
