@@ -67,8 +67,8 @@ def check(
     out = output.open("w", encoding="utf-8") if output else sys.stdout
     try:
         if use_processes(input, cfg, workers or default_workers()):
-            counts = _write_lines(static_lines(input, cfg, workers=workers or default_workers(), flat=flat,
-                                               format="jsonl"), out)
+            counts = anyio.run(_write_lines, static_lines(input, cfg, workers=workers or default_workers(), flat=flat,
+                                                          format="jsonl"), out)
         else:
             counts = anyio.run(_check_file, input, out, cfg, concurrency, flat)
     except _judge_fatal_error() as exc:  # the endpoint cannot answer any row: stop at the first such error
@@ -88,9 +88,9 @@ def _judge_fatal_error() -> type[Exception]:
     return JudgeFatalError
 
 
-def _write_lines(lines: Any, out: Any) -> dict[str, int]:
+async def _write_lines(lines: Any, out: Any) -> dict[str, int]:
     counts = {"rows": 0, "valid": 0, "invalid": 0, "unknown": 0, "error": 0}
-    for summary, line in lines:
+    async for summary, line in lines:
         counts["rows"] += 1
         key = "error" if "error" in summary else {True: "valid", False: "invalid", None: "unknown"}[summary["overall_valid"]]
         counts[key] += 1

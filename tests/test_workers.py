@@ -133,13 +133,19 @@ def test_check_command_with_workers_writes_the_same_rows_and_counts(tmp_path, an
     assert outputs["2"] == outputs["1"]
 
 
+def collect(items, config):
+    async def run():
+        return [line async for line in reflect_in_processes(items, config, workers=2)]
+    return anyio.run(run)
+
+
 def test_a_bug_in_a_worker_is_raised_in_the_parent(tmp_path):
     items = [5]  # not a prepared row: the worker's code fails on it
     with pytest.raises(AttributeError):
-        list(reflect_in_processes(items, ReflectionConfig(), workers=2))
+        collect(items, ReflectionConfig())
 
 
 def test_workers_refuse_a_config_with_a_judge():
     config = ReflectionConfig(judge={"base_url": "http://127.0.0.1:9/v1", "model": "m"})
     with pytest.raises(ValueError, match="static checks and grounding only"):
-        list(reflect_in_processes([], config, workers=2))
+        collect([], config)

@@ -12,7 +12,8 @@ Workers start with the 'forkserver' method where there is one ('spawn' elsewhere
 parent that may hold threads is unsafe. They ignore SIGINT, so Ctrl-C reaches only the
 parent, which cancels the chunks not started and waits for the few running ones. An
 exception in a worker (a bug) is raised again in the parent; a worker that dies makes the
-pool raise `BrokenProcessPool`. Neither hangs.
+pool raise `BrokenProcessPool`. Neither hangs. The parent awaits each chunk on a thread, so
+its event loop can deliver a cancellation (Ctrl-C) while the workers run.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ import multiprocessing
 import os
 import signal
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
 from itertools import islice
 from pathlib import Path
 from typing import Any
+
+import anyio
+import anyio.to_thread
 
 from reflection._json import dumps
 from reflection.config import ReflectionConfig
@@ -110,13 +114,16 @@ def _context() -> Any:
     return context
 
 
-def reflect_in_processes(
+async def reflect_in_processes(
     items: Iterable[InputRow | dict[str, Any]], config: ReflectionConfig, *, workers: int, flat: bool = False,
     chunk_rows: int | None = None,
-) -> Iterator[Line]:
+) -> AsyncIterator[Line]:
     """Reflect prepared rows (`InputRow`s, and error rows passed through as they are) in
     `workers` processes, static checks and grounding only, yielding each output row's
-    summary and line in input order, `chunk_rows` (default: `CHUNK_ROWS`) rows per chunk."""
+    summary and line in input order, `chunk_rows` (default: `CHUNK_ROWS`) rows per chunk.
+
+    The parent waits for a chunk without blocking its event loop, so cancelling it (asyncio
+    turns Ctrl-C into a cancellation) stops the run at once."""
     if config.judge is not None:
         raise ValueError("worker processes run static checks and grounding only; this config has a judge")
     if workers < 1:
@@ -130,10 +137,17 @@ def reflect_in_processes(
         for chunk in chunks:
             pending.append(pool.submit(_reflect_chunk, chunk))
             while len(pending) >= 2 * workers:
-                yield from pending.popleft().result()
+                for line in await _result(pending.popleft()):
+                    yield line
         while pending:
-            yield from pending.popleft().result()
+            for line in await _result(pending.popleft()):
+                yield line
     finally:
-        # Normal end, an error, Ctrl-C or a consumer that stopped early: drop what has not
-        # started and wait for the running chunks (a few milliseconds each).
+        # Normal end, an error, a cancellation (Ctrl-C) or a consumer that stopped early: drop
+        # the chunks not started and wait for the running ones (a few milliseconds each).
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+async def _result(future: Future[list[Line]]) -> list[Line]:
+    """A chunk's lines, awaited on a thread: the event loop stays free to deliver a cancellation."""
+    return await anyio.to_thread.run_sync(future.result, abandon_on_cancel=True)

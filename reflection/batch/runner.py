@@ -301,7 +301,7 @@ async def reflect_dataset(
 
 
 def static_lines(input: Path, config: ReflectionConfig, *, workers: int, flat: bool = False,
-                 format: str | None = None) -> Iterator[Line]:
+                 format: str | None = None) -> AsyncIterator[Line]:
     """What `reflection check` writes for a file when `use_processes` says so: each output row's
     summary and line, in input order, with the id rules of `reflect_dataset`."""
     items = _prepare(read_source(input, format), frozenset(), BatchStats())
@@ -373,7 +373,7 @@ async def run_batch(
             async with _reflector_for(config, None, limit, judge_cache, http_client) as reflector:
                 items = _prepare(read_source(input, fmt), done, stats)
                 if use_processes(input, config, workers):  # static-only: the workers take every row
-                    for summary, line in reflect_in_processes(items, config, workers=workers, flat=flat):
+                    async for summary, line in reflect_in_processes(items, config, workers=workers, flat=flat):
                         out.write_line(line)
                         stats.written += 1
                         progress.row(summary)
