@@ -66,9 +66,9 @@ def check(
         typer.echo(f"judge skipped: {reason}; running static checks and grounding only", err=True)
     out = output.open("w", encoding="utf-8") if output else sys.stdout
     try:
-        if use_processes(input, cfg, workers or default_workers()):
-            counts = anyio.run(_write_lines, static_lines(input, cfg, workers=workers or default_workers(), flat=flat,
-                                                          format="jsonl"), out)
+        processes = workers or default_workers()
+        if use_processes(input, cfg, processes):
+            counts = anyio.run(_write_lines, static_lines(input, cfg, workers=processes, flat=flat, format="jsonl"), out)
         else:
             counts = anyio.run(_check_file, input, out, cfg, concurrency, flat)
     except _judge_fatal_error() as exc:  # the endpoint cannot answer any row: stop at the first such error
@@ -91,19 +91,20 @@ def _judge_fatal_error() -> type[Exception]:
 async def _write_lines(lines: Any, out: Any) -> dict[str, int]:
     counts = {"rows": 0, "valid": 0, "invalid": 0, "unknown": 0, "error": 0}
     async for summary, line in lines:
-        counts["rows"] += 1
-        key = "error" if "error" in summary else {True: "valid", False: "invalid", None: "unknown"}[summary["overall_valid"]]
-        counts[key] += 1
+        _tally(counts, summary)
         out.write(line.decode())
     return counts
+
+
+def _tally(counts: dict[str, int], row: dict[str, Any]) -> None:
+    counts["rows"] += 1
+    counts["error" if "error" in row else {True: "valid", False: "invalid", None: "unknown"}[row["overall_valid"]]] += 1
 
 
 async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: int, flat: bool) -> dict[str, int]:
     counts = {"rows": 0, "valid": 0, "invalid": 0, "unknown": 0, "error": 0}
     async for row in reflect_dataset(path, config=cfg, concurrency=concurrency, format="jsonl", flat=flat):
-        counts["rows"] += 1
-        key = "error" if "error" in row else {True: "valid", False: "invalid", None: "unknown"}[row["overall_valid"]]
-        counts[key] += 1
+        _tally(counts, row)
         out.write(dumps(row) + "\n")
     return counts
 
