@@ -345,7 +345,8 @@ async def run_batch(
     `reflect_dataset`. A `JudgeFatalError` (the endpoint refuses every request) ends the run;
     the rows written so far stay, and a rerun resumes. With no judge and `workers` > 1, rows
     are reflected in that many processes (see `reflection.batch._workers`; inputs under 1 MiB
-    stay in one) and written in input order.
+    stay in one) and written in input order; as with any multiprocessing, a script that does
+    this needs the `if __name__ == "__main__":` guard (the workers import its main module).
     """
     input, output = Path(input), Path(output)
     fmt = format or detect_format(input)
