@@ -97,6 +97,19 @@ def test_generated_corpus_gives_the_same_rows_with_two_workers(tmp_path, any_siz
     assert any(len(row.get("results", ())) == 2 for row in rows.values()) or flat
 
 
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_both_start_methods_give_the_same_rows(tmp_path, any_size, monkeypatch, method):
+    import multiprocessing
+
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(corpus_lines(60, seed=4)) + "\n")
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    batch(src, one, 1)
+    monkeypatch.setattr(_workers, "_context", lambda: multiprocessing.get_context(method))
+    batch(src, two, 2)
+    assert rows_of(two) == rows_of(one)
+
+
 def test_shipped_example_gives_the_same_rows_with_two_workers(tmp_path, any_size):
     one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
     batch(example_path("calls.jsonl"), one, 1)

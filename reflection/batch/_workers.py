@@ -8,8 +8,9 @@ row to its line. The parent takes the chunks back in the order it sent them, so 
 is in input order, every id once. At most `2 x workers` chunks are in flight, which bounds
 memory in the parent and the workers whatever the input size.
 
-Workers start with the 'forkserver' method where there is one ('spawn' elsewhere): forking a
-parent that may hold threads is unsafe. They ignore SIGINT, so Ctrl-C reaches only the
+Workers are forked while the parent has a single thread (`reflection check`, `reflection batch
+--no-progress`); otherwise they start from a fork server ('spawn' where there is none), since
+forking a process that holds threads is unsafe. They ignore SIGINT, so Ctrl-C reaches only the
 parent, which cancels the chunks not started and waits for the few running ones. An
 exception in a worker (a bug) is raised again in the parent; a worker that dies makes the
 pool raise `BrokenProcessPool`. Neither hangs. The parent awaits each chunk on a thread, so
@@ -22,6 +23,7 @@ import asyncio
 import multiprocessing
 import os
 import signal
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -89,6 +91,7 @@ def _start_worker(config: ReflectionConfig, flat: bool) -> None:
     from reflection.pipeline import Reflector
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    signal.set_wakeup_fd(-1)  # a forked worker must not write signals into the parent's event loop
     _worker.update(reflector=Reflector(config.model_copy(update={"judge": None})), flat=flat,
                    loop=asyncio.new_event_loop())
 
@@ -107,7 +110,13 @@ def _reflect_chunk(items: list[InputRow | dict[str, Any]]) -> list[Line]:
 
 
 def _context() -> Any:
-    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    """'fork' while this process has one thread (workers start at once, without importing
+    anything); otherwise 'forkserver' (forking a process with threads is unsafe), or 'spawn'
+    where there is no forkserver."""
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    method = "forkserver" if "forkserver" in methods else "spawn"
     context = multiprocessing.get_context(method)
     if method == "forkserver":
         context.set_forkserver_preload([__name__])  # imported once, in the server, not per worker
