@@ -622,9 +622,9 @@ def _bfcl_end_to_end(n: int, repeat: int, altk_python: str | None) -> None:
         print("ALTK: skipped (pass --altk-python or set ALTK_PYTHON; see benchmarks/README.md)")
         return
     print(f"ALTK evaluate_static per call in file order: p50 {altk_stats['p50_us']:.1f} us, p99 {altk_stats['p99_us']:.1f} us")
-    ratios = ", ".join(f"{label.removeprefix('reflection check')} {rate / altk[0]:.2f}x"
+    ratios = "; ".join(f"{label.removeprefix('reflection check').lstrip(', ')} {rate / altk[0]:.2f}x"
                        for label, (rate, _) in best.items() if not label.startswith("ALTK"))
-    print(f"ratio vs ALTK:{ratios} (targets: full rows, default >= 1.5x; --flat, 2 workers >= 2.5x)")
+    print(f"ratio vs ALTK: {ratios} (targets: full rows, default >= 1.5x; --flat, 2 workers >= 2.5x)")
     print(f"ratio vs ALTK: Draft7 per call {draft7 / altk[0]:.2f}x; API p99 {p99:.0f} us vs ALTK's {altk_stats['p99_us']:.0f} us")
 
 
