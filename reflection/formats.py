@@ -10,7 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from reflection._json import FINITE, PLAIN, canonical_bytes, has_non_finite, parse_json, require_json_like
+from reflection._json import (
+    FINITE,
+    MAX_DEPTH,
+    PLAIN,
+    SOUND,
+    JSONTooDeep,
+    canonical_bytes,
+    has_non_finite,
+    parse_json,
+    printable,
+    require_json_like,
+    value_problem,
+)
 from reflection.model import History, Message, SpecProblem, ToolCall, ToolInventory, ToolSpec, _trusted_from
 
 __all__ = ["normalize_tools", "normalize_call", "normalize_calls", "normalize_history"]
@@ -59,10 +71,15 @@ def normalize_tools(raw: Any) -> ToolInventory:
         inventory = _TEXT_INVENTORIES.get(raw)
         if inventory is None:
             try:
-                inventory = _normalize_json(parse_json(raw))
+                value = parse_json(raw)
+            except JSONTooDeep as exc:
+                inventory = ToolInventory(problems=(SpecProblem(
+                    index=0, name=None, message=f"tool specs cannot be read: {exc}"),))
             except ValueError as exc:
                 inventory = ToolInventory(problems=(SpecProblem(
-                    index=0, name=None, message=f"tool specs are not valid JSON: {exc}"),))
+                    index=0, name=None, message=f"tool specs are not valid JSON: {printable(str(exc))}"),))
+            else:
+                inventory = _normalize_json(value, require_json_like(value, "tools"))
             _bounded_put(_TEXT_INVENTORIES, raw, inventory)
         return inventory
     if isinstance(raw, ToolInventory):
@@ -71,8 +88,7 @@ def normalize_tools(raw: Any) -> ToolInventory:
         return ToolInventory(tools=(raw,))
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(t, ToolSpec) for t in raw):
         return ToolInventory(tools=tuple(raw))
-    require_json_like(raw, "tools")
-    return _normalize_json(raw)
+    return _normalize_json(raw, require_json_like(raw, "tools"))
 
 
 _INVENTORY_CACHE_SIZE = 4096
@@ -86,8 +102,10 @@ def _bounded_put(cache: dict[Any, ToolInventory], key: Any, inventory: ToolInven
     cache[key] = inventory
 
 
-def _normalize_json(raw: Any) -> ToolInventory:
+def _normalize_json(raw: Any, shape: int) -> ToolInventory:
     # Normalisation is pure, so identical tool lists (the common case in logs) share one result.
+    if not shape & SOUND:  # no cache key for what cannot be written out; reported spec by spec
+        return _normalize_tools_uncached(raw, sound=False)
     key = canonical_bytes(raw)
     inventory = _INVENTORIES.get(key)
     if inventory is None:
@@ -96,7 +114,7 @@ def _normalize_json(raw: Any) -> ToolInventory:
     return inventory
 
 
-def _normalize_tools_uncached(raw: Any) -> ToolInventory:
+def _normalize_tools_uncached(raw: Any, *, sound: bool = True) -> ToolInventory:
     if raw is None or raw == [] or raw == {}:
         return ToolInventory(empty=True)
     if isinstance(raw, dict) and isinstance(raw.get("tools"), list):
@@ -106,7 +124,8 @@ def _normalize_tools_uncached(raw: Any) -> ToolInventory:
     problems: list[SpecProblem] = []
     seen: set[str] = set()
     for index, item in enumerate(items):
-        spec = _normalize_tool(item, index)
+        problem = None if sound else value_problem(item)
+        spec = _normalize_tool(item, index) if problem is None else _unusable_tool(item, index, problem)
         if isinstance(spec, SpecProblem):
             problems.append(spec)
         elif spec.name in seen:
@@ -116,6 +135,14 @@ def _normalize_tools_uncached(raw: Any) -> ToolInventory:
             seen.add(spec.name)
             tools.append(spec)
     return ToolInventory(tools=tuple(tools), problems=tuple(problems))
+
+
+def _unusable_tool(item: Any, index: int, problem: str) -> SpecProblem:
+    body = item.get("function") if isinstance(item, dict) and isinstance(item.get("function"), dict) else item
+    name = body.get("name") if isinstance(body, dict) else None
+    if not isinstance(name, str) or not name.strip() or value_problem(name):
+        return SpecProblem(index=index, name=None, message=f"tool spec #{index} cannot be used: {problem}")
+    return SpecProblem(index=index, name=name, message=f"tool {name!r}: its spec has {problem}")
 
 
 def _normalize_tool(item: Any, index: int) -> ToolSpec | SpecProblem:
@@ -217,10 +244,32 @@ def normalize_calls(raw: Any) -> list[ToolCall]:
     or `ToolCall` objects. JSON text (a string or UTF-8 bytes) is parsed first.
     """
     if isinstance(raw, ToolCall):
-        return [raw]
+        return [_checked_call(raw)]
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(c, ToolCall) for c in raw):
-        return list(raw)
+        return [_checked_call(c) for c in raw]
     return _read_calls(raw)
+
+
+def _checked_call(call: ToolCall, argument: str = "call") -> ToolCall:
+    """A hand-built `ToolCall` (which may hold anything) as the formats would have read it:
+    bad data becomes its `error`; objects that are not JSON-like raise TypeError."""
+    if call.error is None and not call.name.strip():
+        return call.model_copy(update={"error": "the tool call has no function name"})
+    if call.arguments is not None:
+        shape = require_json_like(call.arguments, argument)
+        if call.error is None and not shape & FINITE:
+            return call.model_copy(update={
+                "arguments": None, "error": "arguments contain NaN or Infinity, which JSON cannot represent"})
+        if not shape & SOUND:
+            return call.model_copy(update={
+                "arguments": None, "error": f"arguments cannot be checked: {value_problem(call.arguments)}"})
+    texts = (call.name, call.id, call.raw_arguments, call.error)
+    if any(text is not None and printable(text) is not text for text in texts):  # hand-built: written out later
+        return call.model_copy(update={
+            "name": printable(call.name), "id": call.id and printable(call.id),
+            "raw_arguments": call.raw_arguments and printable(call.raw_arguments), "arguments": None,
+            "error": printable(call.error or "the tool call is not valid Unicode text (it has a lone surrogate)")})
+    return call
 
 
 def _read_calls(raw: Any) -> list[ToolCall]:
@@ -228,9 +277,11 @@ def _read_calls(raw: Any) -> list[ToolCall]:
     if isinstance(raw, (str, bytes)):
         try:
             raw = parse_json(raw)
+        except JSONTooDeep as exc:
+            return [ToolCall(name="", error=f"the tool call cannot be read: {exc}")]
         except ValueError as exc:
-            return [ToolCall(name="", error=f"tool call is not valid JSON: {exc}")]
-        shape = PLAIN | FINITE  # parse_json makes exact types and rejects NaN and Infinity
+            return [ToolCall(name="", error=f"tool call is not valid JSON: {printable(str(exc))}")]
+        shape = require_json_like(raw, "call")  # exact types, finite; SOUND tells the depth
     else:
         shape = require_json_like(raw, "call")
     return _normalize_calls(raw, shape)
@@ -262,7 +313,7 @@ def normalize_call(raw: Any) -> ToolCall:
     or plain `{"name", "arguments" | "args" | "input_parameters"}`.
     """
     if isinstance(raw, ToolCall):
-        return raw
+        return _checked_call(raw)
     return _normalize_call(raw, require_json_like(raw, "call"))
 
 
@@ -275,7 +326,14 @@ def _normalize_call(raw: Any, shape: int) -> ToolCall:
     body = raw["function"] if isinstance(raw.get("function"), dict) else raw
     name = body.get("name")
     if not isinstance(name, str) or not name.strip():
-        return ToolCall(name="", id=call_id, error="the tool call has no function name (expected a non-empty string under \"name\")")
+        return ToolCall(name="", id=call_id and printable(call_id),
+                        error="the tool call has no function name (expected a non-empty string under \"name\")")
+    if not shape & SOUND:  # text that cannot be written out stays out of the call, escaped
+        if call_id is not None:
+            call_id = printable(call_id)
+        if value_problem(name):
+            return ToolCall(name=printable(name), id=call_id,
+                            error="the function name is not valid Unicode text (it has a lone surrogate)")
     for key in _ARGUMENT_KEYS:
         if key in body:
             break
@@ -306,13 +364,22 @@ def _read_arguments(raw_args: Any, shape: int) -> tuple[dict[str, Any] | None, s
             return {}, raw_text, None  # "" means "no arguments" (common for parameterless tools)
         try:
             raw_args = parse_json(raw_args)
+        except JSONTooDeep as exc:
+            return None, printable(raw_text), f"arguments cannot be checked: {exc}"
         except ValueError as exc:
-            return None, raw_text, f"arguments are not valid JSON: {exc}"
-        shape |= FINITE  # text that parse_json accepts holds no NaN or infinity
+            return None, printable(raw_text), f"arguments are not valid JSON: {printable(str(exc))}"
+        # Text that parse_json accepts holds no NaN, infinity, lone surrogate or over-long
+        # integer; only its depth is left to tell, and only text with enough brackets can be deep.
+        deep = raw_text.count("[") + raw_text.count("{") > MAX_DEPTH and value_problem(raw_args)
+        shape = shape | FINITE | SOUND if not deep else (shape | FINITE) & ~SOUND
     if not isinstance(raw_args, dict):
         return None, raw_text, f"arguments must be a JSON object, got {_kind(raw_args)}"
     if not shape & FINITE and has_non_finite(raw_args):
         return None, raw_text, "arguments contain NaN or Infinity, which JSON cannot represent"
+    if not shape & SOUND:
+        problem = value_problem(raw_args)
+        if problem is not None:
+            return None, raw_text, f"arguments cannot be checked: {problem}"
     return raw_args, raw_text, None
 
 
@@ -329,10 +396,19 @@ def normalize_history(raw: Any) -> History:
     """
     if isinstance(raw, History):
         return raw
-    require_json_like(raw, "history")
+    if isinstance(raw, bytes):  # JSON text (a dataset row's history too deep to parse with the row)
+        try:
+            raw = parse_json(raw)
+        except JSONTooDeep as exc:
+            return History(problems=(f"the history was skipped: {exc}",))
+        except ValueError as exc:
+            return History(problems=(f"the history is not valid JSON and was skipped: {printable(str(exc))}",))
+    sound = require_json_like(raw, "history") & SOUND
     if raw is None:
         return History()
     if isinstance(raw, str):
+        if not sound:
+            return History(problems=("the history was skipped: it is not valid Unicode text (it has a lone surrogate)",))
         return History(messages=(Message(role="user", content=raw),))
     items = raw if isinstance(raw, (list, tuple)) else [raw]
     messages: list[Message] = []
@@ -341,6 +417,10 @@ def normalize_history(raw: Any) -> History:
     for index, item in enumerate(items):
         if isinstance(item, Message):
             messages.append(item)
+            continue
+        problem = None if sound else value_problem(item)
+        if problem is not None:
+            problems.append(f"history message #{index} was skipped: {problem}")
             continue
         converted = _read_message(item, index, tool_names)
         if isinstance(converted, str):

@@ -39,13 +39,14 @@ import orjson
 from reflection._corrections import closest_name, suggest_correction
 from reflection._json import (
     FINITE,
+    SOUND,
     canonical_bytes,
     dumps,
-    has_non_finite,
     json_type,
     require_json_like,
+    value_problem,
 )
-from reflection.formats import _read_calls, normalize_tools
+from reflection.formats import _checked_call, _read_calls, normalize_tools
 from reflection.model import (
     _PASSED,
     STATIC_CHECKS,
@@ -113,27 +114,15 @@ def check_calls(calls: Any, tools: Any) -> list[StaticResult]:
 
 def _calls_of(raw: Any, argument: str) -> list[ToolCall]:
     if isinstance(raw, ToolCall):
-        return [_checked_tool_call(raw, argument)]
+        return [_checked_call(raw, argument)]
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(c, ToolCall) for c in raw):
-        return [_checked_tool_call(c, argument) for c in raw]
+        return [_checked_call(c, argument) for c in raw]
     try:
         return _read_calls(raw)  # normalize_calls, whose ToolCall cases were handled above
     except TypeError as exc:
         if argument != "call" and str(exc).startswith("call:"):
             raise TypeError(f"{argument}:{str(exc)[5:]}") from None
         raise
-
-
-def _checked_tool_call(call: ToolCall, argument: str) -> ToolCall:
-    # Calls from formats are already checked; a hand-built ToolCall may hold anything.
-    if call.error is None and not call.name.strip():
-        return call.model_copy(update={"error": "the tool call has no function name"})
-    if call.arguments is not None:
-        finite = require_json_like(call.arguments, argument) & FINITE
-        if call.error is None and not finite:
-            return call.model_copy(update={
-                "arguments": None, "error": "arguments contain NaN or Infinity, which JSON cannot represent"})
-    return call
 
 
 # Key order is kept (not sorted): rows from one producer repeat it, and sorting costs more
@@ -201,9 +190,13 @@ _SCHEMAS: dict[bytes, _Schema] = {}
 def _compiled(schema: dict[str, Any]) -> bytes | _Schema:
     """The cache key of `schema`'s compiled entry (compiling it if needed), or the entry
     itself when it does not compile (small, and not worth compiling again)."""
-    if has_non_finite(schema):  # canonical bytes would write NaN as null: keep them apart
+    shape = require_json_like(schema, "tools")  # a hand-built ToolSpec may hold anything
+    if not shape & FINITE:  # canonical bytes would write NaN as null: keep them apart
         return _Schema(schema=schema, validator=None,
                        problem="its parameters schema contains NaN or Infinity, which JSON cannot represent")
+    if not shape & SOUND:
+        return _Schema(schema=schema, validator=None,
+                       problem=f"its parameters schema cannot be used: it has {value_problem(schema)}")
     # A 128-bit digest of the canonical JSON: collision-free in practice, and small enough
     # that prepared inventories can hold it (the canonical bytes themselves run to kilobytes).
     key = blake2b(canonical_bytes(schema), digest_size=16).digest()
@@ -539,13 +532,7 @@ def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str,
     arguments = call.arguments
     if arguments is None:
         arguments = {}
-    try:
-        issues = _check_arguments(arguments, schema, name)
-    except _Unvalidatable as exc:
-        failures["invalid_tool_call"] = [_Issue(
-            "invalid_tool_call", (), f"The arguments cannot be validated: {exc}. {_NOT_CHECKED}: send valid "
-            "Unicode text.", expected="valid Unicode text", actual=None)]
-        return failures, warnings
+    issues = _check_arguments(arguments, schema, name)
     for issue in issues:
         failures.setdefault(issue.check, []).append(issue)
     return failures, warnings
@@ -560,20 +547,13 @@ def _warnings(prepared: _Prepared, excluded: str | None, skip_unnamed: bool) -> 
     return tuple(out)
 
 
-class _Unvalidatable(Exception):
-    """The validator cannot take the arguments (text with unpaired surrogates)."""
-
-
 def _check_arguments(args: dict[str, Any], schema: _Schema, tool: str) -> list[_Issue]:
     unknown: list[str] = []
-    try:
-        if not schema.open and not schema.defined.issuperset(args):
-            unknown = [k for k in args if k not in schema.defined]
-            if schema.name_patterns is not None:
-                unknown = [k for k in unknown if not schema.name_patterns.is_valid(k)]
-        valid = schema.validator.is_valid(args)
-    except ValueError as exc:  # the only ValueError jsonschema-rs raises on data: text it cannot encode
-        raise _Unvalidatable(str(exc)) from None
+    if not schema.open and not schema.defined.issuperset(args):
+        unknown = [k for k in args if k not in schema.defined]
+        if schema.name_patterns is not None:
+            unknown = [k for k in unknown if not schema.name_patterns.is_valid(k)]
+    valid = schema.validator.is_valid(args)
     if valid and not unknown:
         return []
     issues: list[_Issue] = []
