@@ -72,6 +72,14 @@ _RAW_TOOLS_CACHE_SIZE = 512
 
 _ALL_PASS: dict[str, CheckResult] = {name: _PASSED for name in STATIC_CHECKS}
 
+# Output stays proportional to the input: a finding repeats at most MAX_LISTED allowed values
+# or names (its message says how many there are), and a check lists at most MAX_FINDINGS
+# findings, then one more saying how many were left out.
+MAX_FINDINGS = 20
+"""Findings listed per failing check; a last finding (path `$`) counts the rest."""
+MAX_LISTED = 10
+"""Allowed values (`enum`) or parameter names a finding's `expected` repeats."""
+
 
 # --- public API ----------------------------------------------------------------------------
 
@@ -186,6 +194,14 @@ class _Schema:
 
 _SCHEMAS: dict[bytes, _Schema] = {}
 
+BACKTRACK_LIMIT = 50_000
+"""Backtracking steps one regex match may take. Patterns with backreferences or look-around
+run on a backtracking engine (fancy-regex; its own default is 1,000,000 steps, up to about
+0.1 s per value); past this limit the engine gives up, and the call fails `invalid_api_spec`:
+the pattern, not the value, is at fault. It bounds a row's regex work to this many steps
+per value checked (a few milliseconds at most)."""
+_PATTERN_OPTIONS = jsonschema_rs.FancyRegexOptions(backtrack_limit=BACKTRACK_LIMIT)
+
 
 def _compiled(schema: dict[str, Any]) -> bytes | _Schema:
     """The cache key of `schema`'s compiled entry (compiling it if needed), or the entry
@@ -220,8 +236,14 @@ def _schema_for(tool: ToolSpec, ref: bytes | _Schema) -> _Schema:
 
 
 def _compile(schema: dict[str, Any]) -> _Schema:
+    cycle = _ref_cycle(schema)
+    if cycle is not None:
+        return _Schema(schema=schema, validator=None, problem_keyword="$ref", problem=(
+            f"its schema has a $ref cycle ({' -> '.join(cycle)}): following it never reaches a check, so it "
+            "would accept any value; make one schema on the cycle say what it allows instead of referring on"))
     try:
-        validator = jsonschema_rs.validator_for(schema, validate_formats=True, offline=True)
+        validator = jsonschema_rs.validator_for(schema, validate_formats=True, offline=True,
+                                                pattern_options=_PATTERN_OPTIONS)
     except (ValueError, jsonschema_rs.ReferencingError) as exc:  # ValidationError is a ValueError
         message, keyword = _compile_problem(schema, exc)
         return _Schema(schema=schema, validator=None, problem=message, problem_keyword=keyword)
@@ -229,7 +251,8 @@ def _compile(schema: dict[str, Any]) -> _Schema:
     name_patterns = None
     if patterns and not is_open:
         try:
-            name_patterns = jsonschema_rs.validator_for({"anyOf": [{"pattern": p} for p in patterns]})
+            name_patterns = jsonschema_rs.validator_for({"anyOf": [{"pattern": p} for p in patterns]},
+                                                        pattern_options=_PATTERN_OPTIONS)
         except ValueError:  # the main schema compiled, so its patterns do; be safe anyway
             is_open = True
     listing = ", ".join(names[:30])
@@ -265,6 +288,33 @@ def _refs(node: Any, depth: int = 0) -> list[str]:
     if isinstance(node, list):
         return [ref for item in node for ref in _refs(item, depth + 1)]
     return []
+
+
+def _ref_cycle(root: dict[str, Any]) -> list[str] | None:
+    """The first chain of local `$ref`s that comes back to where it started, else None.
+
+    Following a `$ref` stays at the same place in the value, so such a chain never reaches
+    a check; jsonschema-rs compiles it as a schema that accepts everything.
+    """
+    done: set[str] = set()  # refs whose chain is known to end
+    stack: list[Any] = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#") and ref not in done:
+                chain: list[str] = []
+                while isinstance(ref, str) and ref.startswith("#") and ref not in done:
+                    if ref in chain:
+                        return [*chain[chain.index(ref):], ref]
+                    chain.append(ref)
+                    target = _resolve_pointer(root, ref)
+                    ref = target.get("$ref") if isinstance(target, dict) else None
+                done.update(chain)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return None
 
 
 def _top_level_names(root: dict[str, Any]) -> tuple[list[str], list[str], bool]:
@@ -473,9 +523,18 @@ def _check(call: ToolCall, prepared: _Prepared) -> StaticResult:
         return _trusted(StaticResult, call=call, checks=checks, warnings=warnings)
     correction, notes = suggest_correction(call, failures, lambda c: _evaluate(c, prepared)[0])
     for name, issues in failures.items():
-        checks[name] = _trusted(CheckResult, passed=False, findings=tuple([issue.finding() for issue in issues]))
+        findings = [issue.finding() for issue in issues[:MAX_FINDINGS]]
+        if len(issues) > MAX_FINDINGS:
+            findings.append(_omitted(name, len(issues) - MAX_FINDINGS))
+        checks[name] = _trusted(CheckResult, passed=False, findings=tuple(findings))
     return _trusted(StaticResult, call=call, checks=checks, warnings=warnings, correction=correction,
                     correction_notes=tuple(notes))
+
+
+def _omitted(check: str, count: int) -> Finding:
+    return _trusted(Finding, check=check, path="$", message=f"{count} more {check} finding(s) not listed: a check "
+                    f"lists its first {MAX_FINDINGS}. Fix those and check again.", expected=None, actual=count,
+                    keyword=None)
 
 
 def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str, ...]]:
@@ -532,7 +591,16 @@ def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str,
     arguments = call.arguments
     if arguments is None:
         arguments = {}
-    issues = _check_arguments(arguments, schema, name)
+    try:
+        issues = _check_arguments(arguments, schema, name)
+    except _PatternGaveUp as exc:
+        failures["invalid_api_spec"] = [_Issue(
+            "invalid_api_spec", exc.at, f"{_path(exc.at)}: the spec of tool {name!r} cannot be checked on this "
+            f"value: the regex engine gave up on its pattern{' ' + _show(exc.pattern) if exc.pattern else ''} "
+            f"({exc.reason}; the limit is {BACKTRACK_LIMIT} backtracking steps, and backreferences and "
+            f"look-around are matched by backtracking). {_NOT_CHECKED}: simplify the pattern.",
+            expected="a pattern the regex engine can match in bounded time", actual=exc.reason, keyword="pattern")]
+        return failures, warnings
     for issue in issues:
         failures.setdefault(issue.check, []).append(issue)
     return failures, warnings
@@ -553,19 +621,52 @@ def _check_arguments(args: dict[str, Any], schema: _Schema, tool: str) -> list[_
         unknown = [k for k in args if k not in schema.defined]
         if schema.name_patterns is not None:
             unknown = [k for k in unknown if not schema.name_patterns.is_valid(k)]
+            for key in unknown:
+                _raise_if_gave_up(schema.name_patterns.iter_errors(key), None, (key,))
     valid = schema.validator.is_valid(args)
     if valid and not unknown:
         return []
     issues: list[_Issue] = []
     if not valid:
-        for error in schema.validator.iter_errors(args):
+        errors = list(schema.validator.iter_errors(args))
+        _raise_if_gave_up(errors, schema.schema, None)
+        for error in errors:
             _classify(error, issues, schema.schema)
     for key in unknown:
         issues.append(_Issue(
             "non_existent_parameter", (key,), f'{_path((key,))}: "{key}" is not a parameter of tool {tool!r} '
-            f"({schema.known}). Remove it or use a defined parameter.", expected=list(schema.names), actual=key,
+            f"({schema.known}). Remove it or use a defined parameter.", expected=list(schema.names[:MAX_LISTED]), actual=key,
             keyword="additionalProperties" if schema.forbids_extra else "properties", at=(), value=args[key]))
     return _tidy(issues)
+
+
+class _PatternGaveUp(Exception):
+    """The regex engine gave up on a value (`BACKTRACK_LIMIT`): the spec's pattern is at fault."""
+
+    def __init__(self, pattern: Any, at: tuple[str | int, ...], reason: str):
+        super().__init__(pattern, at, reason)
+        self.pattern = pattern
+        self.at = at
+        self.reason = reason
+
+
+_ENGINE_FAILURES = (jsonschema_rs.ValidationErrorKind.BacktrackLimitExceeded,
+                    jsonschema_rs.ValidationErrorKind.RegexEngineFailure)
+
+
+def _raise_if_gave_up(errors: Any, root: Any, key: tuple[str] | None) -> None:
+    """Raise `_PatternGaveUp` for the first error (at any depth of union branches) where
+    the regex engine gave up. `key`: the errors are about this property name."""
+    stack = list(errors)
+    while stack:
+        error = stack.pop()
+        kind = error.kind
+        if isinstance(kind, _ENGINE_FAILURES):
+            pattern = _schema_at(root, error.schema_path) if key is None else None
+            raise _PatternGaveUp(pattern, key if key is not None else tuple(error.instance_path), kind.error)
+        if isinstance(kind, _UNION_FAILURES):
+            for branch in kind.context:
+                stack.extend(branch)
 
 
 def _tidy(issues: list[_Issue]) -> list[_Issue]:
@@ -630,7 +731,7 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
         where = _path(at)
         if name == "enum":
             message = f"{where}: {_show(error.instance)} is not one of the allowed values {_choices(options)}. Use one of them."
-            expected: Any = list(options)
+            expected: Any = list(options[:MAX_LISTED])
         else:
             message = f"{where}: must be exactly {_show(options[0])}, got {_show(error.instance)}."
             expected = options[0]
@@ -643,7 +744,7 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
             value = error.instance.get(prop, _MISSING) if isinstance(error.instance, dict) else _MISSING
             issues.append(_Issue(
                 "non_existent_parameter", at + (prop,), f'{_path(at + (prop,))}: "{prop}" is not allowed here '
-                f"(additionalProperties is false{listing}). Remove it.", expected=allowed, actual=prop,
+                f"(additionalProperties is false{listing}). Remove it.", expected=allowed[:MAX_LISTED], actual=prop,
                 keyword=keyword, at=at, value=value))
     elif isinstance(kind, _UNION_FAILURES):
         _classify_union(error, issues, root, keyword)
@@ -665,11 +766,16 @@ def _violation(error: Any, keyword: str, root: dict[str, Any]) -> _Issue:
         detail = "no value is allowed here (the schema is false)"
     else:
         data = kind.as_dict()
+        detail = error.message
         if len(data) == 1 and not {"context", "error"} & data.keys():
             expected = next(iter(data.values()))
+            stated = _schema_at(root, error.schema_path)
+            if type(expected) is int and type(stated) is int and stated != expected:
+                # The engine clamps limits to 64 bits (minLength: 10**30 reads 2**64 - 1): show the spec's.
+                detail = detail.replace(str(expected), str(stated))
+                expected = stated
         else:
             expected = _schema_at(root, error.schema_path)
-        detail = error.message
     return _Issue("json_schema_violation", at, f'{_path(at)}: {detail} (keyword "{keyword}"). Change the value '
                   "to satisfy the schema.", expected=expected, actual=error.instance, keyword=keyword, at=at,
                   value=error.instance)
