@@ -83,12 +83,31 @@ def normalize_tools(raw: Any) -> ToolInventory:
             _bounded_put(_TEXT_INVENTORIES, raw, inventory)
         return inventory
     if isinstance(raw, ToolInventory):
-        return raw
+        return raw if all(map(_plain_text, raw.tools)) else _spec_inventory(raw.tools, raw.problems)
     if isinstance(raw, ToolSpec):
-        return ToolInventory(tools=(raw,))
+        return _spec_inventory((raw,))
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(t, ToolSpec) for t in raw):
-        return ToolInventory(tools=tuple(raw))
+        return _spec_inventory(tuple(raw))
     return _normalize_json(raw, require_json_like(raw, "tools"))
+
+
+def _plain_text(tool: ToolSpec) -> bool:
+    return printable(tool.name) is tool.name and printable(tool.description) is tool.description
+
+
+def _spec_inventory(tools: tuple[ToolSpec, ...], problems: tuple[SpecProblem, ...] = ()) -> ToolInventory:
+    """Hand-built `ToolSpec`s as an inventory; one whose name or description has a lone
+    surrogate (it could not be written out or sent to a judge) becomes a `SpecProblem`.
+    Their parameters are checked where they are compiled."""
+    if all(map(_plain_text, tools)):
+        return ToolInventory(tools=tools, problems=problems)
+    found = list(problems)
+    for index, tool in enumerate(tools):
+        if not _plain_text(tool):
+            name = tool.name if printable(tool.name) is tool.name else None
+            found.append(SpecProblem(index=index, name=name, message=f"tool spec #{index} cannot be used: a lone "
+                                     "surrogate in its name or description (not valid Unicode text)"))
+    return ToolInventory(tools=tuple(filter(_plain_text, tools)), problems=tuple(found))
 
 
 _INVENTORY_CACHE_SIZE = 4096
@@ -395,7 +414,13 @@ def normalize_history(raw: Any) -> History:
     skipped and reported in `History.problems`.
     """
     if isinstance(raw, History):
-        return raw
+        found = [_message_problem(m) for m in raw.messages]
+        if not any(found):
+            return raw
+        # Hand-built messages that cannot be checked or sent on are skipped, as read ones are.
+        return History(messages=tuple(m for m, problem in zip(raw.messages, found) if problem is None),
+                       problems=(*raw.problems, *(f"history message #{i} was skipped: {problem}"
+                                                  for i, problem in enumerate(found) if problem)))
     if isinstance(raw, bytes):  # JSON text (a dataset row's history too deep to parse with the row)
         try:
             raw = parse_json(raw)
@@ -432,6 +457,18 @@ def normalize_history(raw: Any) -> History:
                     tool_names[call.id] = call.name
             messages.append(message)
     return History(messages=tuple(messages), problems=tuple(problems))
+
+
+def _message_problem(message: Message) -> str | None:
+    """Why a hand-built `Message` cannot be checked or sent to a judge, else None."""
+    for text in (message.content, message.name, message.tool_call_id):
+        if text is not None and printable(text) is not text:
+            return "a lone surrogate in its text (not valid Unicode text)"
+    for call in message.tool_calls:
+        checked = _checked_call(call)
+        if checked is not call:
+            return f"its tool call is unusable ({checked.error})"
+    return None
 
 
 def _read_message(item: Any, index: int, tool_names: dict[str, str]) -> list[Message] | str:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from reflection import ToolCall, ToolSpec, reflect_sync
+from reflection import History, Message, ToolCall, ToolSpec, reflect_sync
 from reflection._json import MAX_DEPTH
 from reflection.cli import app
 from reflection.formats import normalize_history
@@ -310,3 +310,18 @@ def test_a_recursive_schema_that_consumes_the_value_is_not_a_cycle():
     assert check_call({"name": "f", "arguments": {"a": {"next": {"next": {"v": 1}}}}}, tools).valid
     bad = check_call({"name": "f", "arguments": {"a": {"next": {"v": "x"}}}}, tools)
     assert list(failing(api(bad))) == ["incorrect_parameter_type"]
+
+
+def test_hand_built_messages_and_specs_that_cannot_be_sent_on_are_skipped_with_a_warning():
+    deep_call = ToolCall(name="f", arguments={"a": nested(5000)})
+    history = History(messages=(Message(role="user", content="x \ud800"),
+                                Message(role="assistant", tool_calls=(deep_call,)),
+                                Message(role="user", content="a is 1")))
+    tools = [ToolSpec(name="f", parameters={"type": "object", "properties": {"a": {}}}),
+             ToolSpec(name="g", description="\udfff")]
+    result = api(reflect_sync({"name": "f", "arguments": {"a": 1}}, tools, history))
+    assert result["overall_valid"] is True
+    assert [w.split(":")[0] for w in result["warnings"]] == [
+        "ignored a tool spec", "history message #0 was skipped", "history message #1 was skipped"]
+    assert [s["message_index"] for s in result["grounding"][0]["sources"]] == [0]
+    assert list(failing(api(reflect_sync({"name": "g", "arguments": {}}, tools)))) == ["invalid_api_spec"]
