@@ -214,9 +214,11 @@ def _scan(value: Any) -> int:
     the value unsound, hides in it, when `value` is plainly JSON-like; 0 when only the exact
     checks can tell (subclasses, other objects).
 
-    One iterative walk answers what the API boundary asks, so a call is not walked twice.
+    One walk answers what the API boundary asks, so a call is not walked twice.
     """
     kind = type(value)
+    if kind is dict or kind is list or kind is tuple:
+        return _scan_near(value, 1)
     if kind is str:
         return PLAIN | FINITE if _bad_text(value) else PLAIN | FINITE | SOUND
     if kind is int:
@@ -225,10 +227,51 @@ def _scan(value: Any) -> int:
         return PLAIN | FINITE | SOUND
     if kind is float:
         return PLAIN | SOUND if value - value else PLAIN | FINITE | SOUND  # inf - inf and NaN - NaN are NaN
-    if not (kind is dict or kind is list or kind is tuple):
-        return 0
+    return 0
+
+
+_NEAR = 8  # levels `_scan` walks by recursion (fastest for the usual shallow call); deeper ones iteratively
+
+
+def _scan_near(container: Any, depth: int) -> int:
+    """`_scan` of a container `depth` levels down (1 for the value itself)."""
     found = PLAIN | FINITE | SOUND
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    if type(container) is dict:
+        for key in container:
+            if type(key) is not str:
+                return 0
+            if not key.isascii() and _SURROGATE.search(key):
+                found = PLAIN | FINITE
+        container = container.values()
+    for item in container:
+        kind = type(item)
+        if kind is str:
+            if item.isascii() or not _SURROGATE.search(item):  # isascii() is O(1) in CPython
+                continue
+            found &= ~SOUND
+        elif kind is int:
+            if -_BIG < item < _BIG:
+                continue
+            found &= ~SOUND
+        elif kind is bool or item is None:
+            continue
+        elif kind is float:
+            if item - item:  # inf - inf and NaN - NaN are NaN
+                found &= ~FINITE
+        elif kind is dict or kind is list or kind is tuple:
+            state = _scan_near(item, depth + 1) if depth < _NEAR else _scan_far(item, depth + 1)
+            if not state:
+                return 0
+            found &= state
+        else:
+            return 0
+    return found
+
+
+def _scan_far(value: Any, depth: int) -> int:
+    """`_scan_near`, iteratively: values of any depth are walked without recursion."""
+    found = PLAIN | FINITE | SOUND
+    stack: list[tuple[Any, int]] = [(value, depth)]
     while stack:
         node, depth = stack.pop()
         if type(node) is dict:

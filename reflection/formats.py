@@ -272,23 +272,30 @@ def normalize_calls(raw: Any) -> list[ToolCall]:
 def _checked_call(call: ToolCall, argument: str = "call") -> ToolCall:
     """A hand-built `ToolCall` (which may hold anything) as the formats would have read it:
     bad data becomes its `error`; objects that are not JSON-like raise TypeError."""
-    if call.error is None and not call.name.strip():
-        return call.model_copy(update={"error": "the tool call has no function name"})
-    if call.arguments is not None:
-        shape = require_json_like(call.arguments, argument)
-        if call.error is None and not shape & FINITE:
-            return call.model_copy(update={
-                "arguments": None, "error": "arguments contain NaN or Infinity, which JSON cannot represent"})
-        if not shape & SOUND:
-            return call.model_copy(update={
-                "arguments": None, "error": f"arguments cannot be checked: {value_problem(call.arguments)}"})
-    texts = (call.name, call.id, call.raw_arguments, call.error)
-    if any(text is not None and printable(text) is not text for text in texts):  # hand-built: written out later
+    shape = require_json_like(call.arguments, argument) if call.arguments is not None else FINITE | SOUND
+    problem = _call_problem(call, shape)
+    if problem is not None:  # what cannot be checked or written out is left out, texts escaped
         return call.model_copy(update={
             "name": printable(call.name), "id": call.id and printable(call.id),
             "raw_arguments": call.raw_arguments and printable(call.raw_arguments), "arguments": None,
-            "error": printable(call.error or "the tool call is not valid Unicode text (it has a lone surrogate)")})
+            "error": printable(call.error or problem)})
+    if call.error is None and not call.name.strip():
+        return call.model_copy(update={"error": "the tool call has no function name"})
+    if call.error is None and not shape & FINITE:
+        return call.model_copy(update={
+            "arguments": None, "error": "arguments contain NaN or Infinity, which JSON cannot represent"})
     return call
+
+
+def _call_problem(call: ToolCall, shape: int) -> str | None:
+    """Why a hand-built `ToolCall` cannot be checked or written out (see `SOUND`; `shape` is
+    what `require_json_like` told of its arguments), else None."""
+    if not shape & SOUND:
+        return f"arguments cannot be checked: {value_problem(call.arguments)}"
+    for text in (call.name, call.id, call.raw_arguments, call.error):
+        if text is not None and printable(text) is not text:
+            return "the tool call is not valid Unicode text (it has a lone surrogate)"
+    return None
 
 
 def _read_calls(raw: Any) -> list[ToolCall]:
@@ -410,8 +417,9 @@ _ROLES = {"system": "system", "developer": "system", "user": "user", "human": "u
 
 def normalize_history(raw: Any) -> History:
     """Normalise a conversation: OpenAI chat messages, Anthropic content blocks (text,
-    tool_use, tool_result), or a bare string (one user message). Unreadable messages are
-    skipped and reported in `History.problems`.
+    tool_use, tool_result), or a bare string (one user message); UTF-8 bytes are JSON text,
+    parsed first. Unreadable messages (also ones nesting deeper than `MAX_DEPTH`, or with a
+    lone surrogate) are skipped and reported in `History.problems`.
     """
     if isinstance(raw, History):
         found = [_message_problem(m) for m in raw.messages]
@@ -465,9 +473,10 @@ def _message_problem(message: Message) -> str | None:
         if text is not None and printable(text) is not text:
             return "a lone surrogate in its text (not valid Unicode text)"
     for call in message.tool_calls:
-        checked = _checked_call(call)
-        if checked is not call:
-            return f"its tool call is unusable ({checked.error})"
+        shape = require_json_like(call.arguments, "history") if call.arguments is not None else SOUND
+        problem = _call_problem(call, shape)
+        if problem is not None:
+            return f"its tool call is unusable ({problem})"
     return None
 
 
