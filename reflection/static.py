@@ -628,10 +628,8 @@ def _check_arguments(args: dict[str, Any], schema: _Schema, tool: str) -> list[_
         return []
     issues: list[_Issue] = []
     if not valid:
-        errors = list(schema.validator.iter_errors(args))
-        _raise_if_gave_up(errors, schema.schema, None)
-        for error in errors:
-            _classify(error, issues, schema.schema)
+        for error in schema.validator.iter_errors(args):
+            _classify(error, issues, schema.schema)  # raises _PatternGaveUp where the regex engine gave up
     for key in unknown:
         issues.append(_Issue(
             "non_existent_parameter", (key,), f'{_path((key,))}: "{key}" is not a parameter of tool {tool!r} '
@@ -714,6 +712,8 @@ _UNION_FAILURES = (jsonschema_rs.ValidationErrorKind.AnyOf, jsonschema_rs.Valida
 
 def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
     kind = error.kind
+    if isinstance(kind, _ENGINE_FAILURES):
+        _raise_if_gave_up([error], root, None)
     name = kind.name
     at = tuple(error.instance_path)
     keyword = _keyword(tuple(error.schema_path), name)
@@ -802,6 +802,7 @@ def _classify_union(error: Any, issues: list[_Issue], root: dict[str, Any], keyw
         for sub in branches[accepting[0]]:
             _classify(sub, issues, root)
     else:
+        _raise_if_gave_up([sub for branch in branches for sub in branch], root, None)  # not the value's fault
         summary = "; ".join(f"({i + 1}) {branch[0].message}" for i, branch in enumerate(branches) if branch)
         issues.append(_Issue(
             "json_schema_violation", at, f'{_path(at)}: {_show(error.instance)} matches none of the alternatives '

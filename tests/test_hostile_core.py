@@ -214,8 +214,10 @@ def test_a_pattern_the_regex_engine_gives_up_on_fails_invalid_api_spec(tmp_path)
 def test_a_pattern_given_up_on_in_a_union_or_a_property_name_is_the_spec_s_problem():
     union = {"type": "object", "properties": {"x": {"anyOf": [{"type": "integer"},
                                                               {"type": "string", "pattern": HARD_PATTERN}]}}}
+    either = {"type": "object", "properties": {"x": {"oneOf": [{"type": "string", "pattern": HARD_PATTERN},
+                                                               {"type": "string", "maxLength": 1}]}}}
     names = {"type": "object", "patternProperties": {HARD_PATTERN: {}}, "additionalProperties": False}
-    for schema, arguments in ((union, {"x": "a" * 30}), (names, {"a" * 30: 1})):
+    for schema, arguments in ((union, {"x": "a" * 30}), (either, {"x": "a" * 30}), (names, {"a" * 30: 1})):
         result = api(check_call({"name": "t", "arguments": arguments}, [{"name": "t", "parameters": schema}]))
         assert list(failing(result)) == ["invalid_api_spec"]
 
