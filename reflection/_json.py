@@ -105,20 +105,27 @@ def parse_json_keeping(text: bytes, keep: Container[str], deep: Container[str] =
                 raise
             members = _split_members(text)
     try:
-        out = {}
-        for key, raw in members.items():
-            if key in keep:
-                out[key] = bytes(raw)
-                continue
-            try:
-                out[key] = parse_json(raw)
-            except JSONTooDeep:
-                if key not in deep:
-                    raise
-                out[key] = bytes(raw)
-        return out
+        return {key: bytes(raw) if key in keep else parse_json(raw) for key, raw in members.items()}
+    except JSONTooDeep:
+        if not deep:
+            raise
     except ValueError:  # a member orjson rejects: report it where it is in the whole text
         return parse_json(text)
+    try:  # a member too deep for the parsers: once more, keeping those named in `deep` as text
+        return {key: bytes(raw) if key in keep or key in deep and _too_deep_member(raw) else parse_json(raw)
+                for key, raw in members.items()}
+    except ValueError:
+        return parse_json(text)
+
+
+def _too_deep_member(raw: Any) -> bool:
+    try:
+        parse_json(raw)
+    except JSONTooDeep:
+        return True
+    except ValueError:
+        return False
+    return False
 
 
 _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[][{},:]', re.DOTALL)
