@@ -201,12 +201,18 @@ def _coerce(value: Any, target: str) -> Any:
 
 def _loose_matches(value: Any, options: tuple[Any, ...]) -> list[Any]:
     """The options `_loosely_equal` to `value`: looked up in an index of the options, so an
-    array of many values against a long enum costs one pass over the enum, not one per value."""
-    try:
-        # The types are part of the key: (1,) == (True,) == (1.0,), but their texts differ.
-        index = _loose_index(options, tuple(map(type, options)))
-    except TypeError:  # unhashable options (objects in an enum): compare one by one
-        return [o for o in options if _loosely_equal(value, o)]
+    array of many values against a long enum costs one pass over the enum, not one per value.
+
+    Indexes are kept by the identity of the options tuple (the checker passes the same tuple
+    for every error of one enum), bounded."""
+    hit = _INDEXES.get(id(options))
+    if hit is not None and hit[0] is options:
+        index = hit[1]
+    else:
+        index = _loose_index(options)
+        while len(_INDEXES) >= _INDEX_CACHE_SIZE:
+            _INDEXES.pop(next(iter(_INDEXES)))  # first in, first out
+        _INDEXES[id(options)] = (options, index)  # the entry keeps `options` alive: its id stays its own
     if isinstance(value, str):
         return index.get(("fold", value.strip().casefold()), []) + index.get(("dumps", value.strip()), [])
     if isinstance(value, _SCALARS):
@@ -214,8 +220,11 @@ def _loose_matches(value: Any, options: tuple[Any, ...]) -> list[Any]:
     return []
 
 
-@lru_cache(maxsize=256)  # the same enum fails value after value; bounded
-def _loose_index(options: tuple[Any, ...], types: tuple[type, ...]) -> dict[tuple[str, str], list[Any]]:
+_INDEX_CACHE_SIZE = 256
+_INDEXES: dict[int, tuple[tuple[Any, ...], dict[tuple[str, str], list[Any]]]] = {}
+
+
+def _loose_index(options: tuple[Any, ...]) -> dict[tuple[str, str], list[Any]]:
     index: dict[tuple[str, str], list[Any]] = {}
     for option in options:
         if isinstance(option, str):

@@ -29,6 +29,7 @@ def ground_call(call: ToolCall, history: History, spec: ToolSpec | None) -> tupl
         return ()
     leaves = list(islice(_leaves(call.arguments), _MAX_VALUES))
     conversation = _Conversation(history)
+    enums: dict[int, frozenset[Any]] = {}
     out = []
     for path, value, schema_path in leaves:
         sources: list[ValueSource] = []
@@ -37,7 +38,7 @@ def ground_call(call: ToolCall, history: History, spec: ToolSpec | None) -> tupl
             if sources:
                 break
         if spec is not None:
-            sources.extend(_spec_sources(spec.parameters, schema_path, value))
+            sources.extend(_spec_sources(spec.parameters, schema_path, value, enums))
         out.append(ValueGrounding(path=path, value=value, sources=tuple(sources)))
     return tuple(out)
 
@@ -134,7 +135,10 @@ def _quote(text: str, lo: int, hi: int, start: int, end: int) -> str:
     return ("…" if left > lo else "") + text[left:right] + ("…" if right < hi else "")
 
 
-def _spec_sources(schema: dict[str, Any], schema_path: tuple[str, ...], value: Any) -> list[ValueSource]:
+def _spec_sources(schema: dict[str, Any], schema_path: tuple[str, ...], value: Any,
+                  enums: dict[int, frozenset[Any]]) -> list[ValueSource]:
+    """Where the spec names `value`: as the default or an enum member (`enums` caches each
+    enum's members by the list's identity, for the other values of the same call)."""
     node: Any = schema
     for step in schema_path:
         if not isinstance(node, dict):
@@ -146,9 +150,24 @@ def _spec_sources(schema: dict[str, Any], schema_path: tuple[str, ...], value: A
     if "default" in node and _same(node["default"], value):
         out.append(ValueSource(kind="default", quote=f"default: {node['default']!r}"))
     enum = node.get("enum")
-    if isinstance(enum, list) and any(_same(member, value) for member in enum):
-        out.append(ValueSource(kind="enum", quote=f"enum member {value!r}"))
+    if isinstance(enum, list):
+        members = enums.get(id(enum))
+        if members is None:
+            members = enums[id(enum)] = frozenset(_key(m) for m in enum if isinstance(m, _SCALARS))
+        if isinstance(value, _SCALARS) and _key(value) in members:
+            out.append(ValueSource(kind="enum", quote=f"enum member {value!r}"))
     return out
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _key(value: Any) -> tuple[Any, Any]:
+    """Equal for two scalars exactly when `_same` holds: numbers by value (1 and 1.0),
+    everything else, booleans included, by type and value."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "number", value
+    return type(value), value
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -727,7 +727,13 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
             "missing_required_parameter", at + (prop,), f'{_path(at + (prop,))}: required parameter "{prop}" is '
             f"missing{hint}. Add it.", expected=prop, actual=None, keyword=keyword, at=at))
     elif name in ("enum", "const"):
-        options = tuple(kind.options) if name == "enum" else (kind.expected_value,)
+        if name == "enum":
+            # The spec's own list when the path leads to it: the same objects error after error,
+            # so corrections index them once (`_loose_matches`) instead of converting each copy.
+            stated = _schema_at(root, error.schema_path)
+            options = _enum_options(stated) if isinstance(stated, list) else tuple(kind.options)
+        else:
+            options = (kind.expected_value,)
         where = _path(at)
         if name == "enum":
             message = f"{where}: {_show(error.instance)} is not one of the allowed values {_choices(options)}. Use one of them."
@@ -756,6 +762,19 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
                 keyword=keyword, at=at))
     else:
         issues.append(_violation(error, keyword, root))
+
+
+_ENUM_OPTIONS: dict[int, tuple[list[Any], tuple[Any, ...]]] = {}
+
+
+def _enum_options(enum: list[Any]) -> tuple[Any, ...]:
+    """`tuple(enum)`, the same tuple for the same list (bounded; the entry keeps the list alive)."""
+    hit = _ENUM_OPTIONS.get(id(enum))
+    if hit is not None and hit[0] is enum:
+        return hit[1]
+    options = tuple(enum)
+    _put(_ENUM_OPTIONS, id(enum), (enum, options), _SCHEMA_CACHE_SIZE)
+    return options
 
 
 def _violation(error: Any, keyword: str, root: dict[str, Any]) -> _Issue:

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from reflection.formats import normalize_call, normalize_history, normalize_tools
 from reflection.model import ValueSource
-from reflection.grounding import _Conversation, ground_call
+from reflection.grounding import _Conversation, _same, ground_call
 
 TOOLS = normalize_tools([{"name": "book", "parameters": {"type": "object", "properties": {
     "city": {"type": "string"}, "nights": {"type": "integer"}, "tier": {"type": "string", "enum": ["basic", "gold"]},
@@ -88,3 +88,14 @@ def test_one_scan_over_the_conversation_finds_what_a_search_per_message_finds(te
         if quote is not None:
             expected.append(ValueSource(kind="user", index=index, message_index=index, quote=quote))
     assert _Conversation(history).sources(needle) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.none() | st.booleans() | st.integers(-2, 2) | st.sampled_from([1.0, 0.0, 2.5]) | st.text("ab1", max_size=2),
+       members=st.lists(st.none() | st.booleans() | st.integers(-2, 2) | st.sampled_from([1.0, 0.0, 2.5])
+                        | st.text("ab1", max_size=2) | st.lists(st.integers(), max_size=1), max_size=6))
+def test_an_enum_source_is_found_exactly_when_a_member_is_the_same_value(value, members):
+    tools = normalize_tools([{"name": "t", "parameters": {"type": "object", "properties": {"x": {"enum": members}}}}])
+    grounding = ground_call(normalize_call({"name": "t", "arguments": {"x": value}}), normalize_history(None), tools.get("t"))
+    expected = any(_same(member, value) for member in members)
+    assert any(s.kind == "enum" for s in grounding[0].sources) == expected
