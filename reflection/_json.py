@@ -216,44 +216,39 @@ def _bad_text(text: str) -> bool:
     return not text.isascii() and _SURROGATE.search(text) is not None
 
 
-def _scan(value: Any) -> int:
+_NEAR = 8  # levels `_scan` walks by recursion (fastest for the usual shallow call); deeper ones iteratively
+
+
+def _scan(value: Any, depth: int = 1) -> int:
     """`PLAIN`, with `FINITE` and `SOUND` unless a NaN or infinity, or something that makes
     the value unsound, hides in it, when `value` is plainly JSON-like; 0 when only the exact
-    checks can tell (subclasses, other objects).
+    checks can tell (subclasses, other objects). `depth`: levels down (1 for the value itself).
 
     One walk answers what the API boundary asks, so a call is not walked twice.
     """
     kind = type(value)
-    if kind is dict or kind is list or kind is tuple:
-        return _scan_near(value, 1)
-    if kind is str:
-        return PLAIN | FINITE if _bad_text(value) else PLAIN | FINITE | SOUND
-    if kind is int:
-        return PLAIN | FINITE if not -_BIG < value < _BIG else PLAIN | FINITE | SOUND
-    if kind is bool or value is None:
-        return PLAIN | FINITE | SOUND
-    if kind is float:
-        return PLAIN | SOUND if value - value else PLAIN | FINITE | SOUND  # inf - inf and NaN - NaN are NaN
-    return 0
-
-
-_NEAR = 8  # levels `_scan` walks by recursion (fastest for the usual shallow call); deeper ones iteratively
-
-
-def _scan_near(container: Any, depth: int) -> int:
-    """`_scan` of a container `depth` levels down (1 for the value itself)."""
     found = PLAIN | FINITE | SOUND
-    if type(container) is dict:
-        for key in container:
+    if kind is dict:
+        for key in value:
             if type(key) is not str:
                 return 0
-            if not key.isascii() and _SURROGATE.search(key):
+            if not key.isascii() and _SURROGATE.search(key):  # isascii() is O(1) in CPython
                 found = PLAIN | FINITE
-        container = container.values()
-    for item in container:
+        value = value.values()
+    elif not (kind is list or kind is tuple):
+        if kind is str:
+            return found if value.isascii() or not _SURROGATE.search(value) else PLAIN | FINITE
+        if kind is int:
+            return found if -_BIG < value < _BIG else PLAIN | FINITE
+        if kind is bool or value is None:
+            return found
+        if kind is float:
+            return PLAIN | SOUND if value - value else found  # inf - inf and NaN - NaN are NaN
+        return 0
+    for item in value:
         kind = type(item)
         if kind is str:
-            if item.isascii() or not _SURROGATE.search(item):  # isascii() is O(1) in CPython
+            if item.isascii() or not _SURROGATE.search(item):
                 continue
             found &= ~SOUND
         elif kind is int:
@@ -263,10 +258,10 @@ def _scan_near(container: Any, depth: int) -> int:
         elif kind is bool or item is None:
             continue
         elif kind is float:
-            if item - item:  # inf - inf and NaN - NaN are NaN
+            if item - item:
                 found &= ~FINITE
         elif kind is dict or kind is list or kind is tuple:
-            state = _scan_near(item, depth + 1) if depth < _NEAR else _scan_far(item, depth + 1)
+            state = _scan(item, depth + 1) if depth < _NEAR else _scan_far(item, depth + 1)
             if not state:
                 return 0
             found &= state
@@ -276,7 +271,7 @@ def _scan_near(container: Any, depth: int) -> int:
 
 
 def _scan_far(value: Any, depth: int) -> int:
-    """`_scan_near`, iteratively: values of any depth are walked without recursion."""
+    """`_scan` of a container `depth` levels down, iteratively: any depth, no recursion."""
     found = PLAIN | FINITE | SOUND
     stack: list[tuple[Any, int]] = [(value, depth)]
     while stack:
