@@ -230,10 +230,11 @@ def _scan(value: Any, depth: int = 1) -> int:
     found = PLAIN | FINITE | SOUND
     if kind is dict:
         for key in value:
-            if type(key) is not str:
-                return 0
-            if not key.isascii() and _SURROGATE.search(key):  # isascii() is O(1) in CPython
-                found = PLAIN | FINITE
+            if type(key) is not str or not key.isascii():  # isascii() is O(1) in CPython
+                if type(key) is not str:
+                    return 0
+                if _SURROGATE.search(key):
+                    found = PLAIN | FINITE
         value = value.values()
     elif not (kind is list or kind is tuple):
         if kind is str:

@@ -777,6 +777,9 @@ def _enum_options(enum: list[Any]) -> tuple[Any, ...]:
     return options
 
 
+_CLAMPED = 2**63 - 1  # jsonschema-rs reads larger limits as 2**64 - 1 (or 2**63 - 1)
+
+
 def _violation(error: Any, keyword: str, root: dict[str, Any]) -> _Issue:
     at = tuple(error.instance_path)
     kind = error.kind
@@ -788,11 +791,12 @@ def _violation(error: Any, keyword: str, root: dict[str, Any]) -> _Issue:
         detail = error.message
         if len(data) == 1 and not {"context", "error"} & data.keys():
             expected = next(iter(data.values()))
-            stated = _schema_at(root, error.schema_path)
-            if type(expected) is int and type(stated) is int and stated != expected:
+            if type(expected) is int and expected >= _CLAMPED:
                 # The engine clamps limits to 64 bits (minLength: 10**30 reads 2**64 - 1): show the spec's.
-                detail = detail.replace(str(expected), str(stated))
-                expected = stated
+                stated = _schema_at(root, error.schema_path)
+                if type(stated) is int and stated != expected:
+                    detail = detail.replace(str(expected), str(stated))
+                    expected = stated
         else:
             expected = _schema_at(root, error.schema_path)
     return _Issue("json_schema_violation", at, f'{_path(at)}: {detail} (keyword "{keyword}"). Change the value '
