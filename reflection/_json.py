@@ -208,6 +208,7 @@ MAX_INT_DIGITS = 4300
 """Python's limit on converting integers to and from text (`sys.get_int_max_str_digits`)."""
 
 _BIG = 10**MAX_INT_DIGITS  # an integer at or beyond this has more than MAX_INT_DIGITS digits
+_NEG_BIG = -_BIG  # a constant: negating _BIG on every test would copy 1,800 bytes each time
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -240,7 +241,7 @@ def _scan(value: Any, depth: int = 1) -> int:
         if kind is str:
             return found if value.isascii() or not _SURROGATE.search(value) else PLAIN | FINITE
         if kind is int:
-            return found if -_BIG < value < _BIG else PLAIN | FINITE
+            return found if _NEG_BIG < value < _BIG else PLAIN | FINITE
         if kind is bool or value is None:
             return found
         if kind is float:
@@ -253,7 +254,7 @@ def _scan(value: Any, depth: int = 1) -> int:
                 continue
             found &= ~SOUND
         elif kind is int:
-            if -_BIG < item < _BIG:
+            if _NEG_BIG < item < _BIG:
                 continue
             found &= ~SOUND
         elif kind is bool or item is None:
@@ -290,7 +291,7 @@ def _scan_far(value: Any, depth: int) -> int:
                 if not item.isascii() and _SURROGATE.search(item):
                     found &= ~SOUND
             elif kind is int:
-                if not -_BIG < item < _BIG:
+                if not _NEG_BIG < item < _BIG:
                     found &= ~SOUND
             elif kind is bool or item is None:
                 continue
@@ -349,7 +350,7 @@ def value_problem(value: Any) -> str | None:
             for key in node:
                 if isinstance(key, str) and _bad_text(key):
                     return f"a lone surrogate in a key at {printable(path)} (not valid Unicode text)"
-        if isinstance(node, int) and not -_BIG < node < _BIG:
+        if isinstance(node, int) and not _NEG_BIG < node < _BIG:
             return f"an integer at {printable(path)} with more than {MAX_INT_DIGITS} digits (too long to convert to text)"
     return None
 
