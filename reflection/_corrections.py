@@ -30,6 +30,9 @@ from reflection.model import ToolCall, _trusted
 NAME_CUTOFF = 0.8
 """Minimum difflib similarity for a function-name suggestion."""
 
+MAX_NOTES = 20
+"""Correction notes listed; one more note counts the rest."""
+
 _MAX_ROUNDS = 4
 _ARGUMENT_FIXES = frozenset({"non_existent_parameter", "incorrect_parameter_type", "allowed_values_violation"})
 _FIXABLE = _ARGUMENT_FIXES | {"non_existent_function"}
@@ -82,7 +85,7 @@ def suggest_correction(call: ToolCall, failures: dict[str, list[Any]],
         failures = evaluate(candidate)
     for _ in range(_MAX_ROUNDS):
         if not failures:
-            return candidate, notes
+            return candidate, _listed(notes)
         if not failures.keys() <= _ARGUMENT_FIXES:
             return None, []
         changed = False
@@ -93,7 +96,14 @@ def suggest_correction(call: ToolCall, failures: dict[str, list[Any]],
             return None, []
         candidate = _candidate(name, arguments, call)
         failures = evaluate(candidate)
-    return (candidate, notes) if not failures else (None, [])
+    return (candidate, _listed(notes)) if not failures else (None, [])
+
+
+def _listed(notes: list[str]) -> list[str]:
+    # As findings are: the first MAX_NOTES, then how many more (a long array can need thousands).
+    if len(notes) <= MAX_NOTES:
+        return notes
+    return [*notes[:MAX_NOTES], f"and {len(notes) - MAX_NOTES} more change(s) of the same kinds"]
 
 
 def _candidate(name: str, arguments: dict[str, Any], call: ToolCall) -> ToolCall:
@@ -147,7 +157,7 @@ def _fix(arguments: dict[str, Any], issue: Any, notes: list[str]) -> bool:
                 return True
         return False
     if issue.check == "allowed_values_violation":
-        matches = _unique([o for o in issue.options if _loosely_equal(old, o)])
+        matches = _unique(_loose_matches(old, issue.options))
         if len(matches) != 1:
             return False
         parent[last] = matches[0]
@@ -189,13 +199,51 @@ def _coerce(value: Any, target: str) -> Any:
     return _NO
 
 
+def _loose_matches(value: Any, options: tuple[Any, ...]) -> list[Any]:
+    """The options `_loosely_equal` to `value`: looked up in an index of the options, so an
+    array of many values against a long enum costs one pass over the enum, not one per value.
+
+    Indexes are kept by the identity of the options tuple (the checker passes the same tuple
+    for every error of one enum), bounded."""
+    hit = _INDEXES.get(id(options))
+    if hit is not None and hit[0] is options:
+        index = hit[1]
+    else:
+        index = _loose_index(options)
+        while len(_INDEXES) >= _INDEX_CACHE_SIZE:
+            _INDEXES.pop(next(iter(_INDEXES)))  # first in, first out
+        _INDEXES[id(options)] = (options, index)  # the entry keeps `options` alive: its id stays its own
+    if isinstance(value, str):
+        return index.get(("fold", value.strip().casefold()), []) + index.get(("dumps", value.strip()), [])
+    if isinstance(value, _SCALARS):
+        return index.get(("text", dumps(value)), [])
+    return []
+
+
+_INDEX_CACHE_SIZE = 256
+_INDEXES: dict[int, tuple[tuple[Any, ...], dict[tuple[str, str], list[Any]]]] = {}
+
+
+def _loose_index(options: tuple[Any, ...]) -> dict[tuple[str, str], list[Any]]:
+    index: dict[tuple[str, str], list[Any]] = {}
+    for option in options:
+        if isinstance(option, str):
+            index.setdefault(("fold", option.strip().casefold()), []).append(option)
+            index.setdefault(("text", option.strip()), []).append(option)
+        elif isinstance(option, _SCALARS):
+            index.setdefault(("dumps", dumps(option)), []).append(option)
+    return index
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def _loosely_equal(value: Any, option: Any) -> bool:
     if isinstance(value, str) and isinstance(option, str):
         return value.strip().casefold() == option.strip().casefold()
-    scalars = (str, int, float, bool, type(None))
-    if isinstance(value, str) and isinstance(option, scalars):
+    if isinstance(value, str) and isinstance(option, _SCALARS):
         return value.strip() == dumps(option)
-    if isinstance(option, str) and isinstance(value, scalars):
+    if isinstance(option, str) and isinstance(value, _SCALARS):
         return dumps(value) == option.strip()
     return False
 

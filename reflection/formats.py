@@ -10,7 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from reflection._json import FINITE, PLAIN, canonical_bytes, has_non_finite, parse_json, require_json_like
+from reflection._json import (
+    FINITE,
+    MAX_DEPTH,
+    PLAIN,
+    SOUND,
+    JSONTooDeep,
+    canonical_bytes,
+    has_non_finite,
+    parse_json,
+    printable,
+    require_json_like,
+    value_problem,
+)
 from reflection._lru import LRU
 from reflection.model import History, Message, SpecProblem, ToolCall, ToolInventory, ToolSpec, _trusted_from
 
@@ -60,28 +72,53 @@ def normalize_tools(raw: Any) -> ToolInventory:
         inventory = _TEXT_INVENTORIES.get(raw)
         if inventory is None:
             try:
-                inventory = _normalize_json(parse_json(raw))
+                value = parse_json(raw)
+            except JSONTooDeep as exc:
+                inventory = ToolInventory(problems=(SpecProblem(
+                    index=0, name=None, message=f"tool specs cannot be read: {exc}"),))
             except ValueError as exc:
                 inventory = ToolInventory(problems=(SpecProblem(
-                    index=0, name=None, message=f"tool specs are not valid JSON: {exc}"),))
+                    index=0, name=None, message=f"tool specs are not valid JSON: {printable(str(exc))}"),))
+            else:
+                inventory = _normalize_json(value, require_json_like(value, "tools"))
             _TEXT_INVENTORIES.put(raw, inventory)
         return inventory
     if isinstance(raw, ToolInventory):
-        return raw
+        return raw if all(map(_plain_text, raw.tools)) else _spec_inventory(raw.tools, raw.problems)
     if isinstance(raw, ToolSpec):
-        return ToolInventory(tools=(raw,))
+        return _spec_inventory((raw,))
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(t, ToolSpec) for t in raw):
-        return ToolInventory(tools=tuple(raw))
-    require_json_like(raw, "tools")
-    return _normalize_json(raw)
+        return _spec_inventory(tuple(raw))
+    return _normalize_json(raw, require_json_like(raw, "tools"))
+
+
+def _plain_text(tool: ToolSpec) -> bool:
+    return printable(tool.name) is tool.name and printable(tool.description) is tool.description
+
+
+def _spec_inventory(tools: tuple[ToolSpec, ...], problems: tuple[SpecProblem, ...] = ()) -> ToolInventory:
+    """Hand-built `ToolSpec`s as an inventory; one whose name or description has a lone
+    surrogate (it could not be written out or sent to a judge) becomes a `SpecProblem`.
+    Their parameters are checked where they are compiled."""
+    if all(map(_plain_text, tools)):
+        return ToolInventory(tools=tools, problems=problems)
+    found = list(problems)
+    for index, tool in enumerate(tools):
+        if not _plain_text(tool):
+            name = tool.name if printable(tool.name) is tool.name else None
+            found.append(SpecProblem(index=index, name=name, message=f"tool spec #{index} cannot be used: a lone "
+                                     "surrogate in its name or description (not valid Unicode text)"))
+    return ToolInventory(tools=tuple(filter(_plain_text, tools)), problems=tuple(found))
 
 
 _INVENTORIES = LRU()  # canonical JSON of a tool list -> its inventory
 _TEXT_INVENTORIES = LRU()  # a tool list's JSON text -> its inventory
 
 
-def _normalize_json(raw: Any) -> ToolInventory:
+def _normalize_json(raw: Any, shape: int) -> ToolInventory:
     # Normalisation is pure, so identical tool lists (the common case in logs) share one result.
+    if not shape & SOUND:  # no cache key for what cannot be written out; reported spec by spec
+        return _normalize_tools_uncached(raw, sound=False)
     key = canonical_bytes(raw)
     inventory = _INVENTORIES.get(key)
     if inventory is None:
@@ -90,7 +127,7 @@ def _normalize_json(raw: Any) -> ToolInventory:
     return inventory
 
 
-def _normalize_tools_uncached(raw: Any) -> ToolInventory:
+def _normalize_tools_uncached(raw: Any, *, sound: bool = True) -> ToolInventory:
     if raw is None or raw == [] or raw == {}:
         return ToolInventory(empty=True)
     if isinstance(raw, dict) and isinstance(raw.get("tools"), list):
@@ -100,7 +137,8 @@ def _normalize_tools_uncached(raw: Any) -> ToolInventory:
     problems: list[SpecProblem] = []
     seen: set[str] = set()
     for index, item in enumerate(items):
-        spec = _normalize_tool(item, index)
+        problem = None if sound else value_problem(item)
+        spec = _normalize_tool(item, index) if problem is None else _unusable_tool(item, index, problem)
         if isinstance(spec, SpecProblem):
             problems.append(spec)
         elif spec.name in seen:
@@ -110,6 +148,14 @@ def _normalize_tools_uncached(raw: Any) -> ToolInventory:
             seen.add(spec.name)
             tools.append(spec)
     return ToolInventory(tools=tuple(tools), problems=tuple(problems))
+
+
+def _unusable_tool(item: Any, index: int, problem: str) -> SpecProblem:
+    body = item.get("function") if isinstance(item, dict) and isinstance(item.get("function"), dict) else item
+    name = body.get("name") if isinstance(body, dict) else None
+    if not isinstance(name, str) or not name.strip() or value_problem(name):
+        return SpecProblem(index=index, name=None, message=f"tool spec #{index} cannot be used: {problem}")
+    return SpecProblem(index=index, name=name, message=f"tool {name!r}: its spec has {problem}")
 
 
 def _normalize_tool(item: Any, index: int) -> ToolSpec | SpecProblem:
@@ -211,10 +257,39 @@ def normalize_calls(raw: Any) -> list[ToolCall]:
     or `ToolCall` objects. JSON text (a string or UTF-8 bytes) is parsed first.
     """
     if isinstance(raw, ToolCall):
-        return [raw]
+        return [_checked_call(raw)]
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(c, ToolCall) for c in raw):
-        return list(raw)
+        return [_checked_call(c) for c in raw]
     return _read_calls(raw)
+
+
+def _checked_call(call: ToolCall, argument: str = "call") -> ToolCall:
+    """A hand-built `ToolCall` (which may hold anything) as the formats would have read it:
+    bad data becomes its `error`; objects that are not JSON-like raise TypeError."""
+    shape = require_json_like(call.arguments, argument) if call.arguments is not None else FINITE | SOUND
+    problem = _call_problem(call, shape)
+    if problem is not None:  # what cannot be checked or written out is left out, texts escaped
+        return call.model_copy(update={
+            "name": printable(call.name), "id": call.id and printable(call.id),
+            "raw_arguments": call.raw_arguments and printable(call.raw_arguments), "arguments": None,
+            "error": printable(call.error or problem)})
+    if call.error is None and not call.name.strip():
+        return call.model_copy(update={"error": "the tool call has no function name"})
+    if call.error is None and not shape & FINITE:
+        return call.model_copy(update={
+            "arguments": None, "error": "arguments contain NaN or Infinity, which JSON cannot represent"})
+    return call
+
+
+def _call_problem(call: ToolCall, shape: int) -> str | None:
+    """Why a hand-built `ToolCall` cannot be checked or written out (see `SOUND`; `shape` is
+    what `require_json_like` told of its arguments), else None."""
+    if not shape & SOUND:
+        return f"arguments cannot be checked: {value_problem(call.arguments)}"
+    for text in (call.name, call.id, call.raw_arguments, call.error):
+        if text is not None and printable(text) is not text:
+            return "the tool call is not valid Unicode text (it has a lone surrogate)"
+    return None
 
 
 def _read_calls(raw: Any) -> list[ToolCall]:
@@ -222,9 +297,11 @@ def _read_calls(raw: Any) -> list[ToolCall]:
     if isinstance(raw, (str, bytes)):
         try:
             raw = parse_json(raw)
+        except JSONTooDeep as exc:
+            return [ToolCall(name="", error=f"the tool call cannot be read: {exc}")]
         except ValueError as exc:
-            return [ToolCall(name="", error=f"tool call is not valid JSON: {exc}")]
-        shape = PLAIN | FINITE  # parse_json makes exact types and rejects NaN and Infinity
+            return [ToolCall(name="", error=f"tool call is not valid JSON: {printable(str(exc))}")]
+        shape = require_json_like(raw, "call")  # exact types, finite; SOUND tells the depth
     else:
         shape = require_json_like(raw, "call")
     return _normalize_calls(raw, shape)
@@ -256,7 +333,7 @@ def normalize_call(raw: Any) -> ToolCall:
     or plain `{"name", "arguments" | "args" | "input_parameters"}`.
     """
     if isinstance(raw, ToolCall):
-        return raw
+        return _checked_call(raw)
     return _normalize_call(raw, require_json_like(raw, "call"))
 
 
@@ -269,7 +346,14 @@ def _normalize_call(raw: Any, shape: int) -> ToolCall:
     body = raw["function"] if isinstance(raw.get("function"), dict) else raw
     name = body.get("name")
     if not isinstance(name, str) or not name.strip():
-        return ToolCall(name="", id=call_id, error="the tool call has no function name (expected a non-empty string under \"name\")")
+        return ToolCall(name="", id=call_id and printable(call_id),
+                        error="the tool call has no function name (expected a non-empty string under \"name\")")
+    if not shape & SOUND:  # text that cannot be written out stays out of the call, escaped
+        if call_id is not None:
+            call_id = printable(call_id)
+        if value_problem(name):
+            return ToolCall(name=printable(name), id=call_id,
+                            error="the function name is not valid Unicode text (it has a lone surrogate)")
     for key in _ARGUMENT_KEYS:
         if key in body:
             break
@@ -300,13 +384,23 @@ def _read_arguments(raw_args: Any, shape: int) -> tuple[dict[str, Any] | None, s
             return {}, raw_text, None  # "" means "no arguments" (common for parameterless tools)
         try:
             raw_args = parse_json(raw_args)
+        except JSONTooDeep as exc:
+            return None, printable(raw_text), f"arguments cannot be checked: {exc}"
         except ValueError as exc:
-            return None, raw_text, f"arguments are not valid JSON: {exc}"
-        shape |= FINITE  # text that parse_json accepts holds no NaN or infinity
+            return None, printable(raw_text), f"arguments are not valid JSON: {printable(str(exc))}"
+        # Text that parse_json accepts holds no NaN, infinity, lone surrogate or over-long
+        # integer; only its depth is left to tell, and only text with enough brackets can be deep.
+        deep = (len(raw_text) > 2 * MAX_DEPTH and raw_text.count("[") + raw_text.count("{") > MAX_DEPTH
+                and value_problem(raw_args))
+        shape = shape | FINITE | SOUND if not deep else (shape | FINITE) & ~SOUND
     if not isinstance(raw_args, dict):
         return None, raw_text, f"arguments must be a JSON object, got {_kind(raw_args)}"
     if not shape & FINITE and has_non_finite(raw_args):
         return None, raw_text, "arguments contain NaN or Infinity, which JSON cannot represent"
+    if not shape & SOUND:
+        problem = value_problem(raw_args)
+        if problem is not None:
+            return None, raw_text, f"arguments cannot be checked: {problem}"
     return raw_args, raw_text, None
 
 
@@ -368,15 +462,31 @@ _ROLES = {"system": "system", "developer": "system", "user": "user", "human": "u
 
 def normalize_history(raw: Any) -> History:
     """Normalise a conversation: OpenAI chat messages, Anthropic content blocks (text,
-    tool_use, tool_result), or a bare string (one user message). Unreadable messages are
-    skipped and reported in `History.problems`.
+    tool_use, tool_result), or a bare string (one user message); UTF-8 bytes are JSON text,
+    parsed first. Unreadable messages (also ones nesting deeper than `MAX_DEPTH`, or with a
+    lone surrogate) are skipped and reported in `History.problems`.
     """
     if isinstance(raw, History):
-        return raw
-    require_json_like(raw, "history")
+        found = [_message_problem(m) for m in raw.messages]
+        if not any(found):
+            return raw
+        # Hand-built messages that cannot be checked or sent on are skipped, as read ones are.
+        return History(messages=tuple(m for m, problem in zip(raw.messages, found) if problem is None),
+                       problems=(*raw.problems, *(f"history message #{i} was skipped: {problem}"
+                                                  for i, problem in enumerate(found) if problem)))
+    if isinstance(raw, bytes):  # JSON text (a dataset row's history too deep to parse with the row)
+        try:
+            raw = parse_json(raw)
+        except JSONTooDeep as exc:
+            return History(problems=(f"the history was skipped: {exc}",))
+        except ValueError as exc:
+            return History(problems=(f"the history is not valid JSON and was skipped: {printable(str(exc))}",))
+    sound = require_json_like(raw, "history") & SOUND
     if raw is None:
         return History()
     if isinstance(raw, str):
+        if not sound:
+            return History(problems=("the history was skipped: it is not valid Unicode text (it has a lone surrogate)",))
         return History(messages=(Message(role="user", content=raw),))
     items = raw if isinstance(raw, (list, tuple)) else [raw]
     messages: list[Message] = []
@@ -385,6 +495,10 @@ def normalize_history(raw: Any) -> History:
     for index, item in enumerate(items):
         if isinstance(item, Message):
             messages.append(item)
+            continue
+        problem = None if sound else value_problem(item)
+        if problem is not None:
+            problems.append(f"history message #{index} was skipped: {problem}")
             continue
         converted = _read_message(item, index, tool_names)
         if isinstance(converted, str):
@@ -396,6 +510,19 @@ def normalize_history(raw: Any) -> History:
                     tool_names[call.id] = call.name
             messages.append(message)
     return History(messages=tuple(messages), problems=tuple(problems))
+
+
+def _message_problem(message: Message) -> str | None:
+    """Why a hand-built `Message` cannot be checked or sent to a judge, else None."""
+    for text in (message.content, message.name, message.tool_call_id):
+        if text is not None and printable(text) is not text:
+            return "a lone surrogate in its text (not valid Unicode text)"
+    for call in message.tool_calls:
+        shape = require_json_like(call.arguments, "history") if call.arguments is not None else SOUND
+        problem = _call_problem(call, shape)
+        if problem is not None:
+            return f"its tool call is unusable ({problem})"
+    return None
 
 
 def _read_message(item: Any, index: int, tool_names: dict[str, str]) -> list[Message] | str:

@@ -7,6 +7,11 @@ an enum member). A value found nowhere gets no sources. The judge receives this 
 
 from __future__ import annotations
 
+import re
+from bisect import bisect_right
+from collections.abc import Iterator
+from functools import lru_cache
+from itertools import islice
 from typing import Any
 
 from reflection.model import History, ToolCall, ToolSpec, ValueGrounding, ValueSource
@@ -18,36 +23,37 @@ _MAX_VALUES = 64  # bound the work on huge argument objects
 
 
 def ground_call(call: ToolCall, history: History, spec: ToolSpec | None) -> tuple[ValueGrounding, ...]:
-    """Provenance of every leaf argument value of `call` (in argument order)."""
+    """Provenance of every leaf argument value of `call` (in argument order, the first
+    `_MAX_VALUES`)."""
     if not call.arguments:
         return ()
-    leaves = list(_leaves(call.arguments, "$"))[:_MAX_VALUES]
-    texts = _conversation_texts(history)
+    leaves = list(islice(_leaves(call.arguments), _MAX_VALUES))
+    conversation = _Conversation(history)
+    enums: dict[int, frozenset[Any]] = {}
     out = []
     for path, value, schema_path in leaves:
         sources: list[ValueSource] = []
         for needle in _needles(value):
-            for kind, index, message_index, text in texts:
-                quote = _find(text, needle)
-                if quote is not None:
-                    sources.append(ValueSource(kind=kind, index=index, message_index=message_index, quote=quote))
+            sources = conversation.sources(needle)
             if sources:
                 break
         if spec is not None:
-            sources.extend(_spec_sources(spec.parameters, schema_path, value))
+            sources.extend(_spec_sources(spec.parameters, schema_path, value, enums))
         out.append(ValueGrounding(path=path, value=value, sources=tuple(sources)))
     return tuple(out)
 
 
-def _leaves(value: Any, path: str, schema_path: tuple[str, ...] = ()) -> Any:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _leaves(item, f"{path}.{key}", (*schema_path, key))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _leaves(item, f"{path}[{i}]", (*schema_path, "[]"))
-    else:
-        yield path, value, schema_path
+def _leaves(arguments: dict[str, Any]) -> Iterator[tuple[str, Any, tuple[str, ...]]]:
+    """(JSON path, value, schema path) of every leaf, in argument order; iterative."""
+    stack: list[tuple[str, Any, tuple[str, ...]]] = [("$", arguments, ())]
+    while stack:
+        path, value, schema_path = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{path}.{key}", item, (*schema_path, key)) for key, item in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", value[i], (*schema_path, "[]")) for i in range(len(value) - 1, -1, -1))
+        else:
+            yield path, value, schema_path
 
 
 def _needles(value: Any) -> list[str]:
@@ -64,47 +70,75 @@ def _needles(value: Any) -> list[str]:
     return [text] if text else []
 
 
-def _conversation_texts(history: History) -> list[tuple[Any, int, int, str]]:
-    counters = {"user": 0, "assistant": 0, "tool": 0, "system": 0}
-    out = []
-    for message_index, message in enumerate(history.messages):
-        kind = message.role
-        text = " ".join(message.content.split()).lower()
-        if text:
-            out.append((kind, counters[kind], message_index, text))
-        counters[kind] += 1
-    return out
+class _Conversation:
+    """The conversation's texts, normalised (whitespace collapsed, lower case) and joined
+    by newlines into one string, so finding a value in every message is one scan in C.
+
+    A needle holds no newline (whitespace is collapsed in it too), so no match spans two
+    messages, and a newline is neither a word character nor a dot: a message's edges
+    bound a match as the whole string's edges would.
+    """
+
+    def __init__(self, history: History):
+        counters = {"user": 0, "assistant": 0, "tool": 0, "system": 0}
+        texts: list[str] = []
+        self.messages: list[tuple[Any, int, int]] = []
+        self.starts: list[int] = []
+        offset = 0
+        for message_index, message in enumerate(history.messages):
+            kind = message.role
+            text = " ".join(message.content.split()).lower()
+            if text:
+                self.messages.append((kind, counters[kind], message_index))
+                self.starts.append(offset)
+                texts.append(text)
+                offset += len(text) + 1
+            counters[kind] += 1
+        self.text = "\n".join(texts)
+
+    def sources(self, needle: str) -> list[ValueSource]:
+        """One source per message holding `needle` (its first occurrence there), in order."""
+        text = self.text
+        pattern = _token_pattern(needle) if needle[0].isalnum() and needle[-1].isalnum() else None
+        out: list[ValueSource] = []
+        position = 0
+        while True:
+            if pattern is None:
+                start = text.find(needle, position)
+            else:
+                match = pattern.search(text, position)
+                start = match.start() if match else -1
+            if start < 0:
+                return out
+            number = bisect_right(self.starts, start) - 1
+            lo = self.starts[number]
+            hi = self.starts[number + 1] - 1 if number + 1 < len(self.starts) else len(text)
+            kind, index, message_index = self.messages[number]
+            out.append(ValueSource(kind=kind, index=index, message_index=message_index,
+                                   quote=_quote(text, lo, hi, start, start + len(needle))))
+            position = hi + 1  # on to the next message
 
 
-def _find(text: str, needle: str) -> str | None:
-    if needle[0].isalnum() and needle[-1].isalnum():
-        # Whole-token match so "5" is not found inside "2025" and "cat" not inside "concatenate":
-        # no word character or dot before, no word character after (the regex
-        # `(?<![\w.])needle(?![\w])`, without compiling a pattern for every value).
-        start = text.find(needle)
-        while start >= 0:
-            end = start + len(needle)
-            if not (start and _word_or_dot(text[start - 1])) and not (end < len(text) and _word(text[end])):
-                break
-            start = text.find(needle, start + 1)
-    else:
-        start = text.find(needle)
-    if start < 0:
-        return None
-    lo, hi = max(0, start - _QUOTE_RADIUS), min(len(text), start + len(needle) + _QUOTE_RADIUS)
-    return ("…" if lo else "") + text[lo:hi] + ("…" if hi < len(text) else "")
+@lru_cache(maxsize=1024)  # agents repeat values across calls; bounded
+def _token_pattern(needle: str) -> re.Pattern[str]:
+    # Whole-token match so "5" is not found inside "2025" and "cat" not inside "concatenate":
+    # no word character or dot before, no word character after.
+    # The lookbehind follows the needle, so the pattern starts with a literal and the engine
+    # finds candidates with its fast literal search instead of trying every position.
+    literal = re.escape(needle)
+    return re.compile(literal + r"(?<![\w.]" + literal + r")(?!\w)")
 
 
-def _word(char: str) -> bool:
-    """Whether `char` is a regex word character (alphanumeric or underscore)."""
-    return char.isalnum() or char == "_"
+def _quote(text: str, lo: int, hi: int, start: int, end: int) -> str:
+    """The match with `_QUOTE_RADIUS` characters around it, within its message text[lo:hi]."""
+    left, right = max(lo, start - _QUOTE_RADIUS), min(hi, end + _QUOTE_RADIUS)
+    return ("…" if left > lo else "") + text[left:right] + ("…" if right < hi else "")
 
 
-def _word_or_dot(char: str) -> bool:
-    return char.isalnum() or char == "_" or char == "."
-
-
-def _spec_sources(schema: dict[str, Any], schema_path: tuple[str, ...], value: Any) -> list[ValueSource]:
+def _spec_sources(schema: dict[str, Any], schema_path: tuple[str, ...], value: Any,
+                  enums: dict[int, frozenset[Any]]) -> list[ValueSource]:
+    """Where the spec names `value`: as the default or an enum member (`enums` caches each
+    enum's members by the list's identity, for the other values of the same call)."""
     node: Any = schema
     for step in schema_path:
         if not isinstance(node, dict):
@@ -116,9 +150,24 @@ def _spec_sources(schema: dict[str, Any], schema_path: tuple[str, ...], value: A
     if "default" in node and _same(node["default"], value):
         out.append(ValueSource(kind="default", quote=f"default: {node['default']!r}"))
     enum = node.get("enum")
-    if isinstance(enum, list) and any(_same(member, value) for member in enum):
-        out.append(ValueSource(kind="enum", quote=f"enum member {value!r}"))
+    if isinstance(enum, list):
+        members = enums.get(id(enum))
+        if members is None:
+            members = enums[id(enum)] = frozenset(_key(m) for m in enum if isinstance(m, _SCALARS))
+        if isinstance(value, _SCALARS) and _key(value) in members:
+            out.append(ValueSource(kind="enum", quote=f"enum member {value!r}"))
     return out
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _key(value: Any) -> tuple[Any, Any]:
+    """Equal for two scalars exactly when `_same` holds: numbers by value (1 and 1.0),
+    everything else, booleans included, by type and value."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "number", value
+    return type(value), value
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -22,6 +22,9 @@ from reflection.model import JudgeUsage, ReflectionResult
 __all__ = ["InputRow", "RowError", "error_row", "parse_line", "read_row", "result_row"]
 
 _TEXT_MEMBERS = frozenset({"tools"})
+# Members too deep for the JSON parsers stay as text; their normaliser reports them (a failing
+# invalid_tool_call, invalid_api_spec or a history warning) and the rest of the row is read.
+_DEEP_MEMBERS = frozenset({"call", "tool_calls", "history"})
 
 
 def parse_line(line: bytes) -> Any:
@@ -31,7 +34,7 @@ def parse_line(line: bytes) -> Any:
     cache, so it is parsed and normalised once, not on every row. Raises ValueError with
     the parser's message when the line is not JSON.
     """
-    return parse_json_keeping(line, _TEXT_MEMBERS)
+    return parse_json_keeping(line, _TEXT_MEMBERS, _DEEP_MEMBERS)
 
 
 class RowError(ValueError):
@@ -64,7 +67,7 @@ def read_row(raw: Any, line_number: int) -> InputRow:
         call = raw["call"]
     elif "tool_calls" in raw:
         call = raw["tool_calls"]
-        if not isinstance(call, list):
+        if not isinstance(call, (list, bytes)):  # bytes: text too deep to parse, reported as a call
             raise RowError(f"row {rid}: \"tool_calls\" must be a list of calls")
     else:
         raise RowError(f"row {rid}: no \"call\" or \"tool_calls\" field; add the proposed call under \"call\"")

@@ -40,13 +40,14 @@ from reflection._corrections import closest_name, suggest_correction
 from reflection._lru import LRU, set_cache_size
 from reflection._json import (
     FINITE,
+    SOUND,
     canonical_bytes,
     dumps,
-    has_non_finite,
     json_type,
     require_json_like,
+    value_problem,
 )
-from reflection.formats import _read_calls, normalize_tools
+from reflection.formats import _checked_call, _read_calls, normalize_tools
 from reflection.model import (
     _PASSED,
     STATIC_CHECKS,
@@ -67,6 +68,14 @@ _NOT_CHECKED = "Arguments not checked"
 
 
 _ALL_PASS: dict[str, CheckResult] = {name: _PASSED for name in STATIC_CHECKS}
+
+# Output stays proportional to the input: a finding repeats at most MAX_LISTED allowed values
+# or names (its message says how many there are), and a check lists at most MAX_FINDINGS
+# findings, then one more saying how many were left out.
+MAX_FINDINGS = 20
+"""Findings listed per failing check; a last finding (path `$`) counts the rest."""
+MAX_LISTED = 10
+"""Allowed values (`enum`) or parameter names a finding's `expected` repeats."""
 
 
 # --- public API ----------------------------------------------------------------------------
@@ -110,27 +119,15 @@ def check_calls(calls: Any, tools: Any) -> list[StaticResult]:
 
 def _calls_of(raw: Any, argument: str) -> list[ToolCall]:
     if isinstance(raw, ToolCall):
-        return [_checked_tool_call(raw, argument)]
+        return [_checked_call(raw, argument)]
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(c, ToolCall) for c in raw):
-        return [_checked_tool_call(c, argument) for c in raw]
+        return [_checked_call(c, argument) for c in raw]
     try:
         return _read_calls(raw)  # normalize_calls, whose ToolCall cases were handled above
     except TypeError as exc:
         if argument != "call" and str(exc).startswith("call:"):
             raise TypeError(f"{argument}:{str(exc)[5:]}") from None
         raise
-
-
-def _checked_tool_call(call: ToolCall, argument: str) -> ToolCall:
-    # Calls from formats are already checked; a hand-built ToolCall may hold anything.
-    if call.error is None and not call.name.strip():
-        return call.model_copy(update={"error": "the tool call has no function name"})
-    if call.arguments is not None:
-        finite = require_json_like(call.arguments, argument) & FINITE
-        if call.error is None and not finite:
-            return call.model_copy(update={
-                "arguments": None, "error": "arguments contain NaN or Infinity, which JSON cannot represent"})
-    return call
 
 
 # Key order is kept (not sorted): rows from one producer repeat it, and sorting costs more
@@ -188,13 +185,25 @@ class _Schema:
 
 _SCHEMAS = LRU()  # digest of the canonical schema -> its compiled entry
 
+BACKTRACK_LIMIT = 50_000
+"""Backtracking steps one regex match may take. Patterns with backreferences or look-around
+run on a backtracking engine (fancy-regex; its own default is 1,000,000 steps, up to about
+0.1 s per value); past this limit the engine gives up, and the call fails `invalid_api_spec`:
+the pattern, not the value, is at fault. It bounds a row's regex work to this many steps
+per value checked (a few milliseconds at most)."""
+_PATTERN_OPTIONS = jsonschema_rs.FancyRegexOptions(backtrack_limit=BACKTRACK_LIMIT)
+
 
 def _compiled(schema: dict[str, Any]) -> bytes | _Schema:
     """The cache key of `schema`'s compiled entry (compiling it if needed), or the entry
     itself when it does not compile (small, and not worth compiling again)."""
-    if has_non_finite(schema):  # canonical bytes would write NaN as null: keep them apart
+    shape = require_json_like(schema, "tools")  # a hand-built ToolSpec may hold anything
+    if not shape & FINITE:  # canonical bytes would write NaN as null: keep them apart
         return _Schema(schema=schema, validator=None,
                        problem="its parameters schema contains NaN or Infinity, which JSON cannot represent")
+    if not shape & SOUND:
+        return _Schema(schema=schema, validator=None,
+                       problem=f"its parameters schema cannot be used: it has {value_problem(schema)}")
     # A 128-bit digest of the canonical JSON: collision-free in practice, and small enough
     # that prepared inventories can hold it (the canonical bytes themselves run to kilobytes).
     key = blake2b(canonical_bytes(schema), digest_size=16).digest()
@@ -218,8 +227,14 @@ def _schema_for(tool: ToolSpec, ref: bytes | _Schema) -> _Schema:
 
 
 def _compile(schema: dict[str, Any]) -> _Schema:
+    cycle = _ref_cycle(schema)
+    if cycle is not None:
+        return _Schema(schema=schema, validator=None, problem_keyword="$ref", problem=(
+            f"its schema has a $ref cycle ({' -> '.join(cycle)}): following it never reaches a check, so it "
+            "would accept any value; make one schema on the cycle say what it allows instead of referring on"))
     try:
-        validator = jsonschema_rs.validator_for(schema, validate_formats=True, offline=True)
+        validator = jsonschema_rs.validator_for(schema, validate_formats=True, offline=True,
+                                                pattern_options=_PATTERN_OPTIONS)
     except (ValueError, jsonschema_rs.ReferencingError) as exc:  # ValidationError is a ValueError
         message, keyword = _compile_problem(schema, exc)
         return _Schema(schema=schema, validator=None, problem=message, problem_keyword=keyword)
@@ -227,7 +242,8 @@ def _compile(schema: dict[str, Any]) -> _Schema:
     name_patterns = None
     if patterns and not is_open:
         try:
-            name_patterns = jsonschema_rs.validator_for({"anyOf": [{"pattern": p} for p in patterns]})
+            name_patterns = jsonschema_rs.validator_for({"anyOf": [{"pattern": p} for p in patterns]},
+                                                        pattern_options=_PATTERN_OPTIONS)
         except ValueError:  # the main schema compiled, so its patterns do; be safe anyway
             is_open = True
     listing = ", ".join(names[:30])
@@ -263,6 +279,33 @@ def _refs(node: Any, depth: int = 0) -> list[str]:
     if isinstance(node, list):
         return [ref for item in node for ref in _refs(item, depth + 1)]
     return []
+
+
+def _ref_cycle(root: dict[str, Any]) -> list[str] | None:
+    """The first chain of local `$ref`s that comes back to where it started, else None.
+
+    Following a `$ref` stays at the same place in the value, so such a chain never reaches
+    a check; jsonschema-rs compiles it as a schema that accepts everything.
+    """
+    done: set[str] = set()  # refs whose chain is known to end
+    stack: list[Any] = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#") and ref not in done:
+                chain: list[str] = []
+                while isinstance(ref, str) and ref.startswith("#") and ref not in done:
+                    if ref in chain:
+                        return [*chain[chain.index(ref):], ref]
+                    chain.append(ref)
+                    target = _resolve_pointer(root, ref)
+                    ref = target.get("$ref") if isinstance(target, dict) else None
+                done.update(chain)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return None
 
 
 def _top_level_names(root: dict[str, Any]) -> tuple[list[str], list[str], bool]:
@@ -471,9 +514,18 @@ def _check(call: ToolCall, prepared: _Prepared) -> StaticResult:
         return _trusted(StaticResult, call=call, checks=checks, warnings=warnings)
     correction, notes = suggest_correction(call, failures, lambda c: _evaluate(c, prepared)[0])
     for name, issues in failures.items():
-        checks[name] = _trusted(CheckResult, passed=False, findings=tuple([issue.finding() for issue in issues]))
+        findings = [issue.finding() for issue in issues[:MAX_FINDINGS]]
+        if len(issues) > MAX_FINDINGS:
+            findings.append(_omitted(name, len(issues) - MAX_FINDINGS))
+        checks[name] = _trusted(CheckResult, passed=False, findings=tuple(findings))
     return _trusted(StaticResult, call=call, checks=checks, warnings=warnings, correction=correction,
                     correction_notes=tuple(notes))
+
+
+def _omitted(check: str, count: int) -> Finding:
+    return _trusted(Finding, check=check, path="$", message=f"{count} more {check} finding(s) not listed: a check "
+                    f"lists its first {MAX_FINDINGS}. Fix those and check again.", expected=None, actual=count,
+                    keyword=None)
 
 
 def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str, ...]]:
@@ -532,10 +584,13 @@ def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str,
         arguments = {}
     try:
         issues = _check_arguments(arguments, schema, name)
-    except _Unvalidatable as exc:
-        failures["invalid_tool_call"] = [_Issue(
-            "invalid_tool_call", (), f"The arguments cannot be validated: {exc}. {_NOT_CHECKED}: send valid "
-            "Unicode text.", expected="valid Unicode text", actual=None)]
+    except _PatternGaveUp as exc:
+        failures["invalid_api_spec"] = [_Issue(
+            "invalid_api_spec", exc.at, f"{_path(exc.at)}: the spec of tool {name!r} cannot be checked on this "
+            f"value: the regex engine gave up on its pattern{' ' + _show(exc.pattern) if exc.pattern else ''} "
+            f"({exc.reason}; the limit is {BACKTRACK_LIMIT} backtracking steps, and backreferences and "
+            f"look-around are matched by backtracking). {_NOT_CHECKED}: simplify the pattern.",
+            expected="a pattern the regex engine can match in bounded time", actual=exc.reason, keyword="pattern")]
         return failures, warnings
     for issue in issues:
         failures.setdefault(issue.check, []).append(issue)
@@ -551,32 +606,56 @@ def _warnings(prepared: _Prepared, excluded: str | None, skip_unnamed: bool) -> 
     return tuple(out)
 
 
-class _Unvalidatable(Exception):
-    """The validator cannot take the arguments (text with unpaired surrogates)."""
-
-
 def _check_arguments(args: dict[str, Any], schema: _Schema, tool: str) -> list[_Issue]:
     unknown: list[str] = []
-    try:
-        if not schema.open and not schema.defined.issuperset(args):
-            unknown = [k for k in args if k not in schema.defined]
-            if schema.name_patterns is not None:
-                unknown = [k for k in unknown if not schema.name_patterns.is_valid(k)]
-        valid = schema.validator.is_valid(args)
-    except ValueError as exc:  # the only ValueError jsonschema-rs raises on data: text it cannot encode
-        raise _Unvalidatable(str(exc)) from None
+    if not schema.open and not schema.defined.issuperset(args):
+        unknown = [k for k in args if k not in schema.defined]
+        if schema.name_patterns is not None:
+            unknown = [k for k in unknown if not schema.name_patterns.is_valid(k)]
+            for key in unknown:
+                _raise_if_gave_up(schema.name_patterns.iter_errors(key), None, (key,))
+    valid = schema.validator.is_valid(args)
     if valid and not unknown:
         return []
     issues: list[_Issue] = []
     if not valid:
         for error in schema.validator.iter_errors(args):
-            _classify(error, issues, schema.schema)
+            _classify(error, issues, schema.schema)  # raises _PatternGaveUp where the regex engine gave up
     for key in unknown:
         issues.append(_Issue(
             "non_existent_parameter", (key,), f'{_path((key,))}: "{key}" is not a parameter of tool {tool!r} '
-            f"({schema.known}). Remove it or use a defined parameter.", expected=list(schema.names), actual=key,
+            f"({schema.known}). Remove it or use a defined parameter.", expected=list(schema.names[:MAX_LISTED]), actual=key,
             keyword="additionalProperties" if schema.forbids_extra else "properties", at=(), value=args[key]))
     return _tidy(issues)
+
+
+class _PatternGaveUp(Exception):
+    """The regex engine gave up on a value (`BACKTRACK_LIMIT`): the spec's pattern is at fault."""
+
+    def __init__(self, pattern: Any, at: tuple[str | int, ...], reason: str):
+        super().__init__(pattern, at, reason)
+        self.pattern = pattern
+        self.at = at
+        self.reason = reason
+
+
+_ENGINE_FAILURES = (jsonschema_rs.ValidationErrorKind.BacktrackLimitExceeded,
+                    jsonschema_rs.ValidationErrorKind.RegexEngineFailure)
+
+
+def _raise_if_gave_up(errors: Any, root: Any, key: tuple[str] | None) -> None:
+    """Raise `_PatternGaveUp` for the first error (at any depth of union branches) where
+    the regex engine gave up. `key`: the errors are about this property name."""
+    stack = list(errors)
+    while stack:
+        error = stack.pop()
+        kind = error.kind
+        if isinstance(kind, _ENGINE_FAILURES):
+            pattern = _schema_at(root, error.schema_path) if key is None else None
+            raise _PatternGaveUp(pattern, key if key is not None else tuple(error.instance_path), kind.error)
+        if isinstance(kind, _UNION_FAILURES):
+            for branch in kind.context:
+                stack.extend(branch)
 
 
 def _tidy(issues: list[_Issue]) -> list[_Issue]:
@@ -624,6 +703,8 @@ _UNION_FAILURES = (jsonschema_rs.ValidationErrorKind.AnyOf, jsonschema_rs.Valida
 
 def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
     kind = error.kind
+    if isinstance(kind, _ENGINE_FAILURES):
+        _raise_if_gave_up([error], root, None)
     name = kind.name
     at = tuple(error.instance_path)
     keyword = _keyword(tuple(error.schema_path), name)
@@ -637,11 +718,17 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
             "missing_required_parameter", at + (prop,), f'{_path(at + (prop,))}: required parameter "{prop}" is '
             f"missing{hint}. Add it.", expected=prop, actual=None, keyword=keyword, at=at))
     elif name in ("enum", "const"):
-        options = tuple(kind.options) if name == "enum" else (kind.expected_value,)
+        if name == "enum":
+            # The spec's own list when the path leads to it: the same objects error after error,
+            # so corrections index them once (`_loose_matches`) instead of converting each copy.
+            stated = _schema_at(root, error.schema_path)
+            options = _enum_options(stated) if isinstance(stated, list) else tuple(kind.options)
+        else:
+            options = (kind.expected_value,)
         where = _path(at)
         if name == "enum":
             message = f"{where}: {_show(error.instance)} is not one of the allowed values {_choices(options)}. Use one of them."
-            expected: Any = list(options)
+            expected: Any = list(options[:MAX_LISTED])
         else:
             message = f"{where}: must be exactly {_show(options[0])}, got {_show(error.instance)}."
             expected = options[0]
@@ -654,7 +741,7 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
             value = error.instance.get(prop, _MISSING) if isinstance(error.instance, dict) else _MISSING
             issues.append(_Issue(
                 "non_existent_parameter", at + (prop,), f'{_path(at + (prop,))}: "{prop}" is not allowed here '
-                f"(additionalProperties is false{listing}). Remove it.", expected=allowed, actual=prop,
+                f"(additionalProperties is false{listing}). Remove it.", expected=allowed[:MAX_LISTED], actual=prop,
                 keyword=keyword, at=at, value=value))
     elif isinstance(kind, _UNION_FAILURES):
         _classify_union(error, issues, root, keyword)
@@ -668,6 +755,22 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
         issues.append(_violation(error, keyword, root))
 
 
+_ENUM_OPTIONS = LRU()  # id(enum list) -> (the list, its members as a tuple)
+
+
+def _enum_options(enum: list[Any]) -> tuple[Any, ...]:
+    """`tuple(enum)`, the same tuple for the same list (bounded; the entry keeps the list alive)."""
+    hit = _ENUM_OPTIONS.get(id(enum))
+    if hit is not None and hit[0] is enum:
+        return hit[1]
+    options = tuple(enum)
+    _ENUM_OPTIONS.put(id(enum), (enum, options))
+    return options
+
+
+_CLAMPED = 2**63 - 1  # jsonschema-rs reads larger limits as 2**64 - 1 (or 2**63 - 1)
+
+
 def _violation(error: Any, keyword: str, root: dict[str, Any]) -> _Issue:
     at = tuple(error.instance_path)
     kind = error.kind
@@ -676,11 +779,17 @@ def _violation(error: Any, keyword: str, root: dict[str, Any]) -> _Issue:
         detail = "no value is allowed here (the schema is false)"
     else:
         data = kind.as_dict()
+        detail = error.message
         if len(data) == 1 and not {"context", "error"} & data.keys():
             expected = next(iter(data.values()))
+            if type(expected) is int and expected >= _CLAMPED:
+                # The engine clamps limits to 64 bits (minLength: 10**30 reads 2**64 - 1): show the spec's.
+                stated = _schema_at(root, error.schema_path)
+                if type(stated) is int and stated != expected:
+                    detail = detail.replace(str(expected), str(stated))
+                    expected = stated
         else:
             expected = _schema_at(root, error.schema_path)
-        detail = error.message
     return _Issue("json_schema_violation", at, f'{_path(at)}: {detail} (keyword "{keyword}"). Change the value '
                   "to satisfy the schema.", expected=expected, actual=error.instance, keyword=keyword, at=at,
                   value=error.instance)
@@ -707,6 +816,7 @@ def _classify_union(error: Any, issues: list[_Issue], root: dict[str, Any], keyw
         for sub in branches[accepting[0]]:
             _classify(sub, issues, root)
     else:
+        _raise_if_gave_up([sub for branch in branches for sub in branch], root, None)  # not the value's fault
         summary = "; ".join(f"({i + 1}) {branch[0].message}" for i, branch in enumerate(branches) if branch)
         issues.append(_Issue(
             "json_schema_violation", at, f'{_path(at)}: {_show(error.instance)} matches none of the alternatives '

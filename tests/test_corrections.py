@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from reflection._corrections import closest_name
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reflection._corrections import _loose_matches, _loosely_equal, closest_name
 from reflection.model import ToolCall
 from reflection.static import check_call
 
@@ -157,3 +160,17 @@ def test_closest_name_needs_exactly_one_candidate():
     assert closest_name("serch_hotels", ["get_weather", "search_hotels"]) == "search_hotels"
     assert closest_name("get_userz", ["get_user", "get_users"]) is None
     assert closest_name("weather", ["get_weather"]) is None
+
+
+_LOOSE_SCALARS = (st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from([1.0, 2.5, -0.0])
+                  | st.text(alphabet="aAbB 12.tru", max_size=5))
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_LOOSE_SCALARS | st.lists(st.integers(), max_size=1),
+       options=st.lists(_LOOSE_SCALARS | st.lists(st.integers(), max_size=1), max_size=8))
+def test_the_enum_index_finds_exactly_the_loosely_equal_options(value, options):
+    options = tuple(options)
+    linear = [o for o in options if _loosely_equal(value, o)]
+    found = _loose_matches(value, options)
+    assert sorted(map(repr, found)) == sorted(map(repr, linear))

@@ -2,11 +2,12 @@
 
 import re
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from reflection.formats import normalize_call, normalize_history, normalize_tools
-from reflection.grounding import _find, ground_call
+from reflection.model import ValueSource
+from reflection.grounding import _Conversation, _same, ground_call
 
 TOOLS = normalize_tools([{"name": "book", "parameters": {"type": "object", "properties": {
     "city": {"type": "string"}, "nights": {"type": "integer"}, "tier": {"type": "string", "enum": ["basic", "gold"]},
@@ -60,16 +61,41 @@ def test_unparseable_call_has_no_grounding():
     assert ground_call(call, HISTORY, TOOLS.get("book")) == ()
 
 
-@settings(max_examples=500, deadline=None)
-@given(text=st.text(alphabet="ab5_.- é2x", max_size=30), needle=st.text(alphabet="ab5_.- é2x", min_size=1, max_size=4))
-def test_whole_token_search_matches_the_regex_it_replaces(text, needle):
+def _reference_find(text, needle):
+    """The per-message search grounding did before one scan over the joined conversation."""
     if needle[0].isalnum() and needle[-1].isalnum():
         match = re.search(rf"(?<![\w.]){re.escape(needle)}(?![\w])", text)
-        expected = match.start() if match else -1
+        start = match.start() if match else -1
     else:
-        expected = text.find(needle)
-    found = _find(text, needle)
-    assert (found is None) == (expected < 0)
-    if found is not None:
-        lo = max(0, expected - 40)
-        assert found.removeprefix("…").startswith(text[lo:expected + len(needle)])
+        start = text.find(needle)
+    if start < 0:
+        return None
+    lo, hi = max(0, start - 40), min(len(text), start + len(needle) + 40)
+    return ("…" if lo else "") + text[lo:hi] + ("…" if hi < len(text) else "")
+
+
+@settings(max_examples=500, deadline=None)
+@given(texts=st.lists(st.text(alphabet="ab5_.- é2x\n", max_size=120), max_size=5),
+       needle=st.text(alphabet="ab5_.- é2x", min_size=1, max_size=4))
+def test_one_scan_over_the_conversation_finds_what_a_search_per_message_finds(texts, needle):
+    needle = " ".join(needle.split()).lower()
+    assume(needle)
+    history = normalize_history([{"role": "user", "content": t} for t in texts])
+    expected = []
+    for index, message in enumerate(history.messages):
+        text = " ".join(message.content.split()).lower()
+        quote = _reference_find(text, needle) if text else None
+        if quote is not None:
+            expected.append(ValueSource(kind="user", index=index, message_index=index, quote=quote))
+    assert _Conversation(history).sources(needle) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.none() | st.booleans() | st.integers(-2, 2) | st.sampled_from([1.0, 0.0, 2.5]) | st.text("ab1", max_size=2),
+       members=st.lists(st.none() | st.booleans() | st.integers(-2, 2) | st.sampled_from([1.0, 0.0, 2.5])
+                        | st.text("ab1", max_size=2) | st.lists(st.integers(), max_size=1), max_size=6))
+def test_an_enum_source_is_found_exactly_when_a_member_is_the_same_value(value, members):
+    tools = normalize_tools([{"name": "t", "parameters": {"type": "object", "properties": {"x": {"enum": members}}}}])
+    grounding = ground_call(normalize_call({"name": "t", "arguments": {"x": value}}), normalize_history(None), tools.get("t"))
+    expected = any(_same(member, value) for member in members)
+    assert any(s.kind == "enum" for s in grounding[0].sources) == expected

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from reflection._json import (
     FINITE,
     PLAIN,
+    SOUND,
     parse_json,
     parse_json_keeping,
     require_json_like,
@@ -70,7 +71,7 @@ def test_a_bad_member_is_reported_at_its_place_in_the_whole_line():
 
 def test_a_line_nested_deeper_than_json_parsers_go_is_a_value_error():
     line = b'{"call": ' + b"[" * 3000 + b"]" * 3000 + b"}"
-    with pytest.raises(ValueError, match="depth"):
+    with pytest.raises(ValueError, match="nesting deeper than 100 levels"):
         parse_json_keeping(line, {"tools"})
 
 
@@ -130,16 +131,22 @@ def _nested(depth: int, leaf: object) -> object:
 
 
 @pytest.mark.parametrize(("value", "flags"), [
-    ({"a": [1, "x", None, True, 2.5, {"b": ()}]}, PLAIN | FINITE),
-    ({"a": [1, {"b": float("inf")}]}, PLAIN),
-    ([float("nan")], PLAIN),
-    (float("-inf"), PLAIN),
-    ("text", PLAIN | FINITE),
-    ({"a": _Float("nan")}, 0),  # subclasses go through the exact check
-    ({"a": [_Float(1.5)]}, FINITE),
-    ({_Str("k"): 1}, FINITE),
-    (_nested(300, 1.0), FINITE),  # deeper than the one-walk scan: the exact check answers
-    (_nested(300, float("nan")), 0),
+    ({"a": [1, "x", None, True, 2.5, {"b": ()}]}, PLAIN | FINITE | SOUND),
+    ({"a": [1, {"b": float("inf")}]}, PLAIN | SOUND),
+    ([float("nan")], PLAIN | SOUND),
+    (float("-inf"), PLAIN | SOUND),
+    ("text", PLAIN | FINITE | SOUND),
+    ({"a": _Float("nan")}, SOUND),  # subclasses go through the exact check
+    ({"a": [_Float(1.5)]}, FINITE | SOUND),
+    ({_Str("k"): 1}, FINITE | SOUND),
+    (_nested(300, 1.0), PLAIN | FINITE),  # deeper than MAX_DEPTH: not sound, walked without recursion
+    (_nested(300, _Float(1.0)), FINITE),
+    (_nested(300, float("nan")), PLAIN),
+    (_nested(49, 1.0), PLAIN | FINITE | SOUND),  # 98 levels
+    ({"a": ["\ud800"]}, PLAIN | FINITE),
+    ({"\udfff": 1}, PLAIN | FINITE),
+    ({"a": [10**4300]}, PLAIN | FINITE),
+    ({"a": [10**4300 - 1, -(10**4300) + 1]}, PLAIN | FINITE | SOUND),
 ])
 def test_json_like_check_also_tells_whether_the_value_is_finite_and_plain(value, flags):
     assert require_json_like(value, "call") == flags
