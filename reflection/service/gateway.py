@@ -246,9 +246,15 @@ class Gateway:
         async def resolve(i: int, call: Any, decision: Any) -> None:
             results[i] = await self._resolve(call, decision, body, headers, turn, round_, history)
 
-        async with anyio.create_task_group() as tg:
-            for i, (call, decision) in enumerate(zip(calls, decisions, strict=True)):
-                tg.start_soon(resolve, i, call, decision)
+        pairs = list(enumerate(zip(calls, decisions, strict=True)))
+        reasks = sum(d.action == "reflect" and round_ < self.upstream.max_reflect_rounds for d in decisions)
+        if reasks <= 1:  # nothing to wait for side by side: no task group (its tasks cost more than the gate)
+            for i, (call, decision) in pairs:
+                await resolve(i, call, decision)
+        else:
+            async with anyio.create_task_group() as tg:
+                for i, (call, decision) in pairs:
+                    tg.start_soon(resolve, i, call, decision)
         return [outcome for group in results for outcome in group]
 
     async def _resolve(self, call: Any, decision: Any, body: dict[str, Any], headers: dict[str, str], turn: _Turn,
