@@ -28,6 +28,7 @@ SCRIPT = {
                  {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]}],
     "rate-limited": [{"status": 429, "error": {"message": "slow down", "type": "rate_limit"}, "headers": {"retry-after": "7"}}],
     "bad-request": [{"status": 400, "error": {"message": "messages is required", "type": "invalid_request_error"}}],
+    "long": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris" + " " * 1_800_000, "days": 2}}]}],
 }
 MAX_ROUNDS = 2
 
@@ -185,6 +186,13 @@ def test_a_streamed_call_that_stays_refused_becomes_text(client):
     events = _stream(client, "stubborn")
     assert events[0][0] == "text" and events[0][1].strip().startswith("The call to get_forecast_for_city was not run")
     assert events[1] == ("finish", "stop", ["deny"])
+
+
+def test_a_streamed_call_whose_event_lines_outgrow_the_readers_buffer_arrives_whole(client):
+    # Each of the call's three argument chunks is a ~600 kB event line (aiohttp's line reader stops at 512 kB).
+    events = _stream(client, "long")
+    assert events[0] == ("call", 0, "get_weather", {"city": "Paris" + " " * 1_800_000, "days": 2})
+    assert events[1][0] == "finish"
 
 
 @pytest.fixture(scope="module")

@@ -432,9 +432,12 @@ class _StreamChoice:
 async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
     """The body's lines as text, without their ends, however long (aiohttp's own line reader
     refuses lines beyond its buffer)."""
-    pending = b""
+    pending = bytearray()
     async for data in response.content.iter_any():
-        *lines, pending = (pending + data).split(b"\n")
+        pending += data
+        if b"\n" not in data:  # a long line in many pieces: split once, when it ends
+            continue
+        *lines, pending = pending.split(b"\n")
         for line in lines:
             yield line.rstrip(b"\r").decode("utf-8", "replace")
     if pending:
