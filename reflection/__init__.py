@@ -1,41 +1,103 @@
-"""reflection: check an LLM agent's tool calls before they execute."""
+"""reflection: check an LLM agent's tool calls before they execute.
 
-from reflection.batch import reflect_dataset
-from reflection.config import ReflectionConfig, ServiceConfig, UpstreamConfig
-from reflection.formats import normalize_call, normalize_calls, normalize_history, normalize_tools
-from reflection.model import (
-    SEMANTIC_CHECKS,
-    STATIC_CHECKS,
-    CheckResult,
-    Finding,
-    History,
-    Message,
-    ReflectionResult,
-    SemanticCheckResult,
-    StaticResult,
-    ToolCall,
-    ToolInventory,
-    ToolSpec,
-)
+The public names below load on first use (PEP 562): `import reflection` costs little, and a
+static-only program never imports the judge (httpx, tenacity, openai), the batch cache
+(aiosqlite), scoring or the gate.
+"""
 
-from reflection.judge import Judge, JudgeConfig, JudgeError, JudgeFatalError, Price
-from reflection.pipeline import Reflector, reflect, reflect_sync
-from reflection.gate import Decision, Gate, GatePolicy, ToolRule
-from reflection.scoring import (
-    ScoreWeights,
-    ToolCallingEvaluator,
-    atrajectory_correctness,
-    binary_tool_call,
-    evaluate_tool_calls,
-    exact_match,
-    meteor,
-    response_correctness,
-    rouge_l,
-    staged_tool_call,
-    tool_call_equivalence,
-    trajectory_correctness,
-)
-from reflection.static import check_call, check_calls
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from reflection._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from reflection.batch import reflect_dataset
+    from reflection.config import ReflectionConfig, ServiceConfig, UpstreamConfig
+    from reflection.formats import normalize_call, normalize_calls, normalize_history, normalize_tools
+    from reflection.model import (
+        SEMANTIC_CHECKS,
+        STATIC_CHECKS,
+        CheckResult,
+        Finding,
+        History,
+        Message,
+        ReflectionResult,
+        SemanticCheckResult,
+        StaticResult,
+        ToolCall,
+        ToolInventory,
+        ToolSpec,
+    )
+
+    from reflection.judge import Judge, JudgeConfig, JudgeError, JudgeFatalError, Price
+    from reflection.pipeline import Reflector, reflect, reflect_sync
+    from reflection.gate import Decision, Gate, GatePolicy, ToolRule
+    from reflection.scoring import (
+        ScoreWeights,
+        ToolCallingEvaluator,
+        atrajectory_correctness,
+        binary_tool_call,
+        evaluate_tool_calls,
+        exact_match,
+        meteor,
+        response_correctness,
+        rouge_l,
+        staged_tool_call,
+        tool_call_equivalence,
+        trajectory_correctness,
+    )
+    from reflection.static import check_call, check_calls
+
+# Where each public name lives; `__getattr__` imports it from there on first use.
+_HOMES = {
+    "reflect_dataset": "reflection.batch.runner",
+    "ReflectionConfig": "reflection.config",
+    "ServiceConfig": "reflection.config",
+    "UpstreamConfig": "reflection.config",
+    "normalize_call": "reflection.formats",
+    "normalize_calls": "reflection.formats",
+    "normalize_history": "reflection.formats",
+    "normalize_tools": "reflection.formats",
+    "SEMANTIC_CHECKS": "reflection.model",
+    "STATIC_CHECKS": "reflection.model",
+    "CheckResult": "reflection.model",
+    "Finding": "reflection.model",
+    "History": "reflection.model",
+    "Message": "reflection.model",
+    "ReflectionResult": "reflection.model",
+    "SemanticCheckResult": "reflection.model",
+    "StaticResult": "reflection.model",
+    "ToolCall": "reflection.model",
+    "ToolInventory": "reflection.model",
+    "ToolSpec": "reflection.model",
+    "Judge": "reflection.judge",
+    "JudgeConfig": "reflection._judge_config",
+    "JudgeError": "reflection._judge_config",
+    "JudgeFatalError": "reflection._judge_config",
+    "Price": "reflection._judge_config",
+    "Reflector": "reflection.pipeline",
+    "reflect": "reflection.pipeline",
+    "reflect_sync": "reflection.pipeline",
+    "Decision": "reflection.gate",
+    "Gate": "reflection.gate",
+    "GatePolicy": "reflection.config",
+    "ToolRule": "reflection.config",
+    "ScoreWeights": "reflection.scoring",
+    "ToolCallingEvaluator": "reflection.scoring",
+    "atrajectory_correctness": "reflection.scoring",
+    "binary_tool_call": "reflection.scoring",
+    "evaluate_tool_calls": "reflection.scoring",
+    "exact_match": "reflection.scoring",
+    "meteor": "reflection.scoring",
+    "response_correctness": "reflection.scoring",
+    "rouge_l": "reflection.scoring",
+    "staged_tool_call": "reflection.scoring",
+    "tool_call_equivalence": "reflection.scoring",
+    "trajectory_correctness": "reflection.scoring",
+    "check_call": "reflection.static",
+    "check_calls": "reflection.static",
+}
 
 __version__ = "0.1.0"
 
@@ -87,3 +149,6 @@ __all__ = [
     "tool_call_equivalence",
     "trajectory_correctness",
 ]
+
+
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES, __all__)

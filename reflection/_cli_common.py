@@ -19,7 +19,7 @@ import typer
 
 from reflection._terminal import plain
 from reflection.batch._output import OutputCorrupt, OutputLocked
-from reflection.judge import JudgeFatalError
+from reflection._judge_config import JudgeFatalError
 
 __all__ = ["USER_ERRORS", "fail", "open_text_output", "plain", "refuse_input_as_output", "user_errors"]
 

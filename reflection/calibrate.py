@@ -30,7 +30,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import typer
@@ -38,9 +38,12 @@ from pydantic import BaseModel, ConfigDict
 
 from reflection.batch.inputs import read_source
 from reflection.config import ReflectionConfig
-from reflection.judge import JudgeCache, JudgeFatalError
+from reflection._judge_config import JudgeFatalError
 from reflection.model import SEMANTIC_CHECKS, STATIC_CHECKS
 from reflection.rows import RowError, read_row, row_id
+
+if TYPE_CHECKING:
+    from reflection.judge import JudgeCache
 
 __all__ = [
     "CONFIDENCE_CUTOFFS",

@@ -12,9 +12,10 @@ import typer
 from reflection._cli_common import open_text_output, refuse_input_as_output, user_errors
 from reflection._json import dumps
 from reflection._log import warnings_to_stderr
-from reflection.batch import reflect_dataset
-from reflection.batch._cli import batch, report
+from reflection.batch._cli import WORKERS_HELP, batch, report
+from reflection.batch._workers import default_workers, use_processes
 from reflection.batch.inputs import check_input
+from reflection.batch.runner import reflect_dataset, static_lines
 from reflection.config import ReflectionConfig, load_config
 from reflection.scoring._cli import score
 from reflection.service._cli import mcp_proxy, serve
@@ -39,6 +40,8 @@ def check(
     model: str | None = typer.Option(None, "--model", help="Judge model name."),
     mode: str | None = typer.Option(None, "--mode", help="combined (one request per call) or per_check."),
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Rows reflected at once."),
+    flat: bool = typer.Option(False, "--flat", help="Write only id, overall_valid, the flat keys and error per row."),
+    workers: int | None = typer.Option(None, "--workers", min=1, help=WORKERS_HELP),
 ) -> None:
     """Reflect every row of INPUT and write one JSON result row per input row."""
     warnings_to_stderr()
@@ -50,7 +53,11 @@ def check(
         reason = "--static-only" if static_only else "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
         typer.echo(f"judge skipped: {reason}; running static checks and grounding only", err=True)
     try:  # a judge that cannot answer at all (JudgeFatalError) stops the run: a user error
-        counts = anyio.run(_check_file, input, out, cfg, concurrency)
+        processes = workers or default_workers()
+        if use_processes(input, cfg, processes):
+            counts = anyio.run(_write_lines, static_lines(input, cfg, workers=processes, flat=flat), out)
+        else:
+            counts = anyio.run(_check_file, input, out, cfg, concurrency, flat)
     finally:
         if output:
             out.close()
@@ -58,12 +65,23 @@ def check(
                f"{counts['unknown']} unknown, {counts['error']} error", err=True)
 
 
-async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: int) -> dict[str, int]:
+async def _write_lines(lines: Any, out: Any) -> dict[str, int]:
     counts = {"rows": 0, "valid": 0, "invalid": 0, "unknown": 0, "error": 0}
-    async for row in reflect_dataset(path, config=cfg, concurrency=concurrency):
-        counts["rows"] += 1
-        key = "error" if "error" in row else {True: "valid", False: "invalid", None: "unknown"}[row["overall_valid"]]
-        counts[key] += 1
+    async for summary, line in lines:
+        _tally(counts, summary)
+        out.write(line.decode())
+    return counts
+
+
+def _tally(counts: dict[str, int], row: dict[str, Any]) -> None:
+    counts["rows"] += 1
+    counts["error" if "error" in row else {True: "valid", False: "invalid", None: "unknown"}[row["overall_valid"]]] += 1
+
+
+async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: int, flat: bool) -> dict[str, int]:
+    counts = {"rows": 0, "valid": 0, "invalid": 0, "unknown": 0, "error": 0}
+    async for row in reflect_dataset(path, config=cfg, concurrency=concurrency, flat=flat):
+        _tally(counts, row)
         out.write(dumps(row) + "\n")
     return counts
 

@@ -11,7 +11,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from reflection.judge import JudgeConfig
+from reflection._judge_config import JudgeConfig
 from reflection.model import SEMANTIC_CHECKS
 
 DEFAULT_THRESHOLDS: dict[str, int] = {

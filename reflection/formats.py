@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from reflection._json import FINITE, PLAIN, canonical_bytes, has_non_finite, parse_json, require_json_like
+from reflection._lru import LRU
 from reflection.model import History, Message, SpecProblem, ToolCall, ToolInventory, ToolSpec, _trusted_from
 
 __all__ = ["normalize_tools", "normalize_call", "normalize_calls", "normalize_history"]
@@ -63,7 +64,7 @@ def normalize_tools(raw: Any) -> ToolInventory:
             except ValueError as exc:
                 inventory = ToolInventory(problems=(SpecProblem(
                     index=0, name=None, message=f"tool specs are not valid JSON: {exc}"),))
-            _bounded_put(_TEXT_INVENTORIES, raw, inventory)
+            _TEXT_INVENTORIES.put(raw, inventory)
         return inventory
     if isinstance(raw, ToolInventory):
         return raw
@@ -75,15 +76,8 @@ def normalize_tools(raw: Any) -> ToolInventory:
     return _normalize_json(raw)
 
 
-_INVENTORY_CACHE_SIZE = 4096
-_INVENTORIES: dict[bytes, ToolInventory] = {}
-_TEXT_INVENTORIES: dict[str | bytes, ToolInventory] = {}
-
-
-def _bounded_put(cache: dict[Any, ToolInventory], key: Any, inventory: ToolInventory) -> None:
-    if len(cache) >= _INVENTORY_CACHE_SIZE:
-        cache.clear()  # bounded memory on streams of ever-new specs
-    cache[key] = inventory
+_INVENTORIES = LRU()  # canonical JSON of a tool list -> its inventory
+_TEXT_INVENTORIES = LRU()  # a tool list's JSON text -> its inventory
 
 
 def _normalize_json(raw: Any) -> ToolInventory:
@@ -92,7 +86,7 @@ def _normalize_json(raw: Any) -> ToolInventory:
     inventory = _INVENTORIES.get(key)
     if inventory is None:
         inventory = _normalize_tools_uncached(raw)
-        _bounded_put(_INVENTORIES, key, inventory)
+        _INVENTORIES.put(key, inventory)
     return inventory
 
 

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import httpx
 import sniffio
 
 from reflection import telemetry
 from reflection.config import ReflectionConfig
 from reflection.formats import normalize_calls, normalize_history, normalize_tools
 from reflection.grounding import ground_call
-from reflection.judge import Judge, _reraise_fatal
 from reflection.model import History, ReflectionResult, ToolCall, ToolInventory
-from reflection.semantic import SemanticRequest, run_semantic
 from reflection.static import check_call
 from reflection.verdict import judge_check, overall_valid
+
+if TYPE_CHECKING:  # the judge (httpx, tenacity, openai) loads only when a reflector has one
+    import httpx
+
+    from reflection.judge import Judge
 
 __all__ = ["Reflector", "reflect", "reflect_sync"]
 
@@ -52,6 +54,8 @@ class Reflector:
         self.config = config or ReflectionConfig()
         self._owns_judge = judge is None and self.config.judge is not None
         if judge is None and self.config.judge is not None:
+            from reflection.judge import Judge
+
             judge = Judge(self.config.judge, http_client=http_client)
         self.judge = judge
 
@@ -85,6 +89,8 @@ class Reflector:
                 for i in range(len(calls)):
                     tg.start_soon(run, i)
         except BaseExceptionGroup as failed:
+            from reflection.judge import _reraise_fatal
+
             _reraise_fatal(failed)
             raise
         return [r for r in results if r is not None]
@@ -110,6 +116,8 @@ class Reflector:
                 for i, row in enumerate(rows):
                     tg.start_soon(run, i, row)
         except BaseExceptionGroup as failed:
+            from reflection.judge import _reraise_fatal
+
             _reraise_fatal(failed)
             raise
         return results
@@ -140,6 +148,8 @@ class Reflector:
         self, base: dict[str, Any], inventory: ToolInventory, history: History, siblings: tuple[ToolCall, ...]
     ) -> ReflectionResult:
         """Ask the judge about the call in `base` (from `_static_stage`) and reduce to the verdict."""
+        from reflection.semantic import SemanticRequest, run_semantic
+
         assert self.judge is not None
         call: ToolCall = base["call"]
         request = SemanticRequest(call=call, spec=inventory.get(call.name), inventory=inventory, history=history,

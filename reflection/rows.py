@@ -79,23 +79,38 @@ def _combine(verdicts: list[bool | None]) -> bool | None:
     return True
 
 
-def result_row(rid: str, results: ReflectionResult | list[ReflectionResult], *, latency_ms: float | None = None) -> dict[str, Any]:
-    """The output row for a reflected input row."""
-    items = results if isinstance(results, list) else [results]
-    flat: dict[str, float] = {}
-    for result in items:
-        for key, value in result.flat().items():
-            flat[key] = min(value, flat.get(key, value))
-    usage = JudgeUsage.total(r.usage for r in items)
+def result_row(rid: str, results: ReflectionResult | list[ReflectionResult], *, latency_ms: float | None = None,
+               flat_only: bool = False) -> dict[str, Any]:
+    """The output row for a reflected input row; with `flat_only`, just `id`, `overall_valid` and
+    the flat keys (what `--flat` writes: verdicts at scale, without the structured results)."""
+    if isinstance(results, ReflectionResult):  # the common case: one call, nothing to combine
+        items = [results]
+        flat = results.flat()
+        verdict = results.overall_valid
+    else:
+        items = results
+        flat = {}
+        for result in items:
+            for key, value in result.flat().items():
+                flat[key] = min(value, flat.get(key, value))
+        verdict = _combine([r.overall_valid for r in items])
+    flat.pop("overall_valid", None)
+    row: dict[str, Any] = {"id": rid, "overall_valid": verdict, **flat}
+    if flat_only:
+        return row
     skipped = sorted({r.judge_skipped for r in items if r.judge_skipped})
-    row: dict[str, Any] = {"id": rid, "overall_valid": _combine([r.overall_valid for r in items])}
-    row.update({k: v for k, v in flat.items() if k != "overall_valid"})
     row["judge_skipped"] = "; ".join(skipped) or None
     row["warnings"] = sorted({w for r in items for w in r.warnings})
-    row["usage"] = usage.model_dump()
+    # Static-only rows all share the default (zero) usage object: dump it once, not per row.
+    row["usage"] = (dict(_ZERO_USAGE) if all(r.usage is _NO_USAGE for r in items)
+                    else JudgeUsage.total(r.usage for r in items).model_dump())
     row["latency_ms"] = latency_ms
     row["results"] = [r.model_dump(mode="json") for r in items]
     return row
+
+
+_NO_USAGE = ReflectionResult.model_fields["usage"].default
+_ZERO_USAGE = _NO_USAGE.model_dump()
 
 
 def error_row(rid: str, message: str) -> dict[str, Any]:

@@ -37,6 +37,7 @@ import jsonschema_rs
 import orjson
 
 from reflection._corrections import closest_name, suggest_correction
+from reflection._lru import LRU, set_cache_size
 from reflection._json import (
     FINITE,
     canonical_bytes,
@@ -59,15 +60,11 @@ from reflection.model import (
     _trusted,
 )
 
-__all__ = ["check_call", "check_calls"]
+__all__ = ["check_call", "check_calls", "set_cache_size"]
 
 _GATING = ("invalid_tool_call", "empty_api_spec", "invalid_api_spec", "non_existent_function")
 _NOT_CHECKED = "Arguments not checked"
 
-# Cache sizes: enough for every tool set of a large benchmark, small enough to stay flat.
-_SCHEMA_CACHE_SIZE = 1024
-_PREPARED_CACHE_SIZE = 1024
-_RAW_TOOLS_CACHE_SIZE = 512
 
 _ALL_PASS: dict[str, CheckResult] = {name: _PASSED for name in STATIC_CHECKS}
 
@@ -139,7 +136,7 @@ def _checked_tool_call(call: ToolCall, argument: str) -> ToolCall:
 # Key order is kept (not sorted): rows from one producer repeat it, and sorting costs more
 # than the occasional miss, which normalize_tools' own content cache absorbs.
 _KEY_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
-_RAW_TOOLS: dict[int, tuple[Any, ToolInventory]] = {}
+_RAW_TOOLS = LRU()  # hash of the tool list's JSON -> (the list, its inventory)
 
 
 def _inventory_of(tools: Any) -> ToolInventory:
@@ -162,14 +159,8 @@ def _inventory_of(tools: Any) -> ToolInventory:
     if hit is not None and hit[0] == tools:
         return hit[1]
     inventory = normalize_tools(tools)
-    _put(_RAW_TOOLS, key, (orjson.loads(text), inventory), _RAW_TOOLS_CACHE_SIZE)
+    _RAW_TOOLS.put(key, (orjson.loads(text), inventory))
     return inventory
-
-
-def _put(cache: dict[Any, Any], key: Any, value: Any, size: int) -> None:
-    while cache and len(cache) >= size:
-        cache.pop(next(iter(cache)), None)  # first in, first out
-    cache[key] = value
 
 
 # --- compiled schemas ----------------------------------------------------------------------
@@ -195,7 +186,7 @@ class _Schema:
     """How messages about an unknown parameter list the defined ones."""
 
 
-_SCHEMAS: dict[bytes, _Schema] = {}
+_SCHEMAS = LRU()  # digest of the canonical schema -> its compiled entry
 
 
 def _compiled(schema: dict[str, Any]) -> bytes | _Schema:
@@ -210,7 +201,7 @@ def _compiled(schema: dict[str, Any]) -> bytes | _Schema:
     entry = _SCHEMAS.get(key)
     if entry is None:
         entry = _compile(schema)
-        _put(_SCHEMAS, key, entry, _SCHEMA_CACHE_SIZE)
+        _SCHEMAS.put(key, entry)
     return key if entry.validator is not None else entry
 
 
@@ -222,7 +213,7 @@ def _schema_for(tool: ToolSpec, ref: bytes | _Schema) -> _Schema:
     entry = _SCHEMAS.get(ref)
     if entry is None:
         entry = _compile(tool.parameters)
-        _put(_SCHEMAS, ref, entry, _SCHEMA_CACHE_SIZE)
+        _SCHEMAS.put(ref, entry)
     return entry
 
 
@@ -359,7 +350,7 @@ class _Prepared:
     """`inventory.empty`, read on every call (a plain attribute is cheaper than a model field)."""
 
 
-_PREPARED: dict[int, tuple[ToolInventory, _Prepared]] = {}
+_PREPARED = LRU()  # id(inventory) -> (inventory, its prepared form)
 
 
 def _prepare(inventory: ToolInventory) -> _Prepared:
@@ -381,7 +372,7 @@ def _prepare(inventory: ToolInventory) -> _Prepared:
         inventory=inventory, tools=tools, names=tuple(tools), problems=inventory.problems,
         unnamed=tuple(p for p in inventory.problems if p.name is None), broken=tuple(broken),
         empty=inventory.empty)
-    _put(_PREPARED, id(inventory), (inventory, prepared), _PREPARED_CACHE_SIZE)
+    _PREPARED.put(id(inventory), (inventory, prepared))
     return prepared
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from reflection.judge import JudgeError
+from reflection._judge_config import JudgeError
 from reflection.model import SemanticCheckResult, StaticResult
-from reflection.semantic import CheckReply
+
+if TYPE_CHECKING:  # the static path (overall_valid) does not load the semantic stage
+    from reflection.semantic import CheckReply
 
 __all__ = ["judge_check", "overall_valid"]
 

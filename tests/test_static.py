@@ -14,7 +14,8 @@ from reflection.model import (
     ToolInventory,
     ToolSpec,
 )
-from reflection.static import check_call, check_calls
+from reflection._lru import LRU
+from reflection.static import check_call, check_calls, set_cache_size
 
 WEATHER = {
     "type": "object",
@@ -540,11 +541,37 @@ def test_each_distinct_schema_is_compiled_once(monkeypatch):
 
 
 def test_schema_cache_stays_bounded_on_ever_new_schemas(monkeypatch):
-    monkeypatch.setattr(static, "_SCHEMA_CACHE_SIZE", 50)
+    monkeypatch.setattr(static._SCHEMAS, "size", 50)
     for i in range(200):
         schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"}}}
         assert check_call(call({f"p{i}": i}, name="t"), tools_with(schema, "t")).valid
     assert len(static._SCHEMAS) <= 50
+
+
+def test_schema_cache_keeps_the_schemas_in_use_and_evicts_the_stalest(monkeypatch):
+    monkeypatch.setattr(static, "_SCHEMAS", LRU(4))
+    compiled = []
+    real = static._compile
+    monkeypatch.setattr(static, "_compile", lambda schema: compiled.append(schema) or real(schema))
+    hot = {"type": "object", "properties": {"hot": {"type": "integer"}}}
+    for i in range(12):  # the hot schema between ever-new ones: it must never be compiled again
+        check_call(call({"hot": 1}, name="h"), tools_with(hot, "h"))
+        cold = {"type": "object", "properties": {f"c{i}": {"type": "integer"}}}
+        check_call(call({}, name="c"), tools_with(cold, "c"))
+    assert compiled.count(hot) == 1
+    assert len(static._SCHEMAS) == 4
+
+
+def test_set_cache_size_resizes_every_static_cache():
+    before = static._SCHEMAS.size
+    try:
+        set_cache_size(3)
+        assert static._SCHEMAS.size == static._PREPARED.size == 3
+        assert len(static._SCHEMAS) <= 3
+        with pytest.raises(ValueError, match="at least 1"):
+            set_cache_size(0)
+    finally:
+        set_cache_size(before)
 
 
 def test_type_list_with_unhashable_items_is_invalid_api_spec():

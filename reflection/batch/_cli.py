@@ -7,24 +7,32 @@ reflection.batch._cli` runs them on their own.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import typer
-from rich.console import Console
 
 from reflection._cli_common import plain, user_errors
 from reflection._log import warnings_to_stderr
-from reflection.batch.progress import make_progress
-from reflection.batch.report import read_report, render_report
-from reflection.batch.runner import BatchStats, default_cache_path, run_batch
+from reflection.batch._workers import default_workers
 from reflection.config import load_config
 
-__all__ = ["batch", "report"]
+if TYPE_CHECKING:  # the commands import what they use when they run: `reflection check` stays light
+    from rich.console import Console
+
+    from reflection.batch.runner import BatchStats
+
+__all__ = ["WORKERS_HELP", "batch", "report"]
+
+WORKERS_HELP = ("Processes reflecting rows when no judge is configured (default: the usable cores, at most 8; "
+                "inputs under 1 MiB use one). With a judge, rows run in one process, concurrently.")
 
 
 def _console(*, stderr: bool = False) -> Console:
     """A terminal's own width; 120 columns for tables written to a file or pipe. Messages on
     stderr never wrap (soft wrap), so log lines stay whole."""
+    from rich.console import Console
+
     options = {"stderr": True, "soft_wrap": True, "highlight": False} if stderr else {}
     console = Console(**options)
     return console if console.is_terminal else Console(width=120, **options)
@@ -47,8 +55,13 @@ def batch(
                                        help="Reflect again the rows of OUTPUT whose judge failed, replacing them."),
     json_report: bool = typer.Option(False, "--json-report", help="Print the final report as JSON."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr."),
+    flat: bool = typer.Option(False, "--flat", help="Write only id, overall_valid, the flat keys and error per row."),
+    workers: int | None = typer.Option(None, "--workers", min=1, help=WORKERS_HELP),
 ) -> None:
     """Reflect every row of INPUT into OUTPUT, one result row per input row (any order), then print the report."""
+    from reflection.batch.progress import make_progress
+    from reflection.batch.runner import default_cache_path, run_batch
+
     warnings_to_stderr()
     cfg = load_config(config, static_only=static_only, base_url=base_url, model=model, mode=mode)
     err = _console(stderr=True)
@@ -60,6 +73,7 @@ def batch(
         stats: BatchStats = anyio.run(lambda: run_batch(
             input, output, config=cfg, concurrency=concurrency, cache=cache_file is not None,
             cache_path=cache_file, progress=make_progress(err, enabled=progress), retry_unknown=retry_unknown,
+            flat=flat, workers=workers or default_workers(),
         ))
     except KeyboardInterrupt:
         err.print(f"interrupted: the rows written so far are in {plain(output)}; rerun the same command to resume",
@@ -103,6 +117,8 @@ def report(
 
 
 def _print_report(output: Path, as_json: bool) -> None:
+    from reflection.batch.report import read_report, render_report
+
     summary = read_report(output)
     if as_json:
         typer.echo(summary.model_dump_json(indent=2))

@@ -218,9 +218,13 @@ class OutputFile:
 
     def write(self, row: dict[str, Any]) -> None:
         """Append one row as one line."""
+        self.write_line((dumps(row) + "\n").encode())
+
+    def write_line(self, data: bytes) -> None:
+        """Append one row already serialised: its JSON text and the newline (the worker
+        processes of `--workers` serialise rows themselves)."""
         if self._fd is None:
-            raise RuntimeError("OutputFile.write before open()")
-        data = (dumps(row) + "\n").encode()
+            raise RuntimeError("OutputFile.write_line before open()")
         view = memoryview(data)
         while view:
             done = os.write(self._fd, view)

@@ -17,16 +17,19 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Container, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reflection._cache import SQLiteJudgeCache
 from reflection.batch._output import OutputFile, judge_failed
+from reflection.batch._workers import Line, reflect_in_processes, use_processes
 from reflection.batch.inputs import SourceRow, check_input, count_rows, detect_format, read_source
-from reflection.batch.progress import BatchProgress, NoProgress
 from reflection.config import ReflectionConfig
-from reflection.judge import Judge, JudgeCache
 from reflection.pipeline import Reflector
 from reflection.rows import InputRow, RowError, error_row, read_row, result_row, row_id
+
+if TYPE_CHECKING:  # the judge, its SQLite cache and rich's progress load only when a run uses them
+    from reflection._cache import SQLiteJudgeCache
+    from reflection.batch.progress import BatchProgress
+    from reflection.judge import Judge, JudgeCache
 
 __all__ = ["DEFAULT_CACHE_NAME", "BatchStats", "default_cache_path", "reflect_dataset", "run_batch"]
 
@@ -135,7 +138,7 @@ async def _aprepare(
             yield item
 
 
-async def _reflect_row(reflector: Reflector, row: InputRow) -> dict[str, Any]:
+async def _reflect_row(reflector: Reflector, row: InputRow, flat: bool = False) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         result = await reflector.reflect(row.call, row.tools, row.history)
@@ -144,26 +147,38 @@ async def _reflect_row(reflector: Reflector, row: InputRow) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         # Data the normalisers refuse outright; one bad row must not stop a million-row run.
         return error_row(row.id, f"row {row.id}: cannot be reflected: {type(exc).__name__}: {exc}")
-    return result_row(row.id, result, latency_ms=(time.perf_counter() - started) * 1000)
+    return result_row(row.id, result, latency_ms=(time.perf_counter() - started) * 1000, flat_only=flat)
+
+
+async def _next(items: Iterator[Any] | AsyncIterator[Any]) -> Any:
+    if isinstance(items, AsyncIterator):
+        return await anext(items, None)
+    return next(items, None)
 
 
 async def _reflect_rows(
     items: Iterator[InputRow | dict[str, Any]] | AsyncIterator[InputRow | dict[str, Any]],
     reflector: Reflector,
     window: int,
+    flat: bool = False,
 ) -> AsyncIterator[dict[str, Any]]:
     """Reflect rows with at most `window` in flight, yielding output rows as they finish.
 
     Plain asyncio tasks feed a queue; the generator never yields inside a task group or
     cancel scope, so it is safe to abandon early (pending rows are cancelled on close).
     """
+    if type(reflector) is Reflector and reflector.judge is None:
+        # Static checks and grounding never wait on I/O: a plain loop, no task or queue per row.
+        while (item := await _next(items)) is not None:
+            yield item if isinstance(item, dict) else await _reflect_row(reflector, item, flat)
+        return
     finished: asyncio.Queue[dict[str, Any] | BaseException] = asyncio.Queue()
     tasks: set[asyncio.Task[None]] = set()
     in_flight = 0
 
     async def run(row: InputRow) -> None:
         try:
-            out: dict[str, Any] | BaseException = await _reflect_row(reflector, row)
+            out: dict[str, Any] | BaseException = await _reflect_row(reflector, row, flat)
         except Exception as exc:  # noqa: BLE001 - re-raised in the consumer below
             out = exc
         finished.put_nowait(out)
@@ -175,13 +190,8 @@ async def _reflect_rows(
             raise out
         return out
 
-    async def next_item() -> InputRow | dict[str, Any] | None:
-        if isinstance(items, AsyncIterator):
-            return await anext(items, None)
-        return next(items, None)
-
     try:
-        while (item := await next_item()) is not None:
+        while (item := await _next(items)) is not None:
             if isinstance(item, dict):
                 yield item
                 continue
@@ -207,6 +217,8 @@ def _batch_judge(
 ) -> Judge | None:
     if config.judge is None:
         return None
+    from reflection.judge import Judge
+
     # The batch's concurrency is the judge's: its limiter and connection pool are sized to it.
     return Judge(config.judge.model_copy(update={"max_concurrency": concurrency}), cache=cache, http_client=http_client)
 
@@ -225,11 +237,17 @@ async def _reflector_for(
     config = config or ReflectionConfig()
     async with contextlib.AsyncExitStack() as stack:
         if isinstance(cache, (str, Path)):
-            cache = await stack.enter_async_context(SQLiteJudgeCache(cache))
+            cache = await stack.enter_async_context(_sqlite_cache(cache))
         judge = _batch_judge(config, concurrency, cache, http_client)
         if judge is not None:
             await stack.enter_async_context(judge)
         yield Reflector(config, judge=judge)
+
+
+def _sqlite_cache(path: str | Path) -> SQLiteJudgeCache:
+    from reflection._cache import SQLiteJudgeCache  # aiosqlite loads only for runs with a judge
+
+    return SQLiteJudgeCache(path)
 
 
 def _concurrency(config: ReflectionConfig | None, reflector: Reflector | None, concurrency: int | None) -> int:
@@ -251,6 +269,7 @@ async def reflect_dataset(
     skip_ids: Container[str] = frozenset(),
     format: str | None = None,
     http_client: Any = None,
+    flat: bool = False,
 ) -> AsyncIterator[dict[str, Any]]:
     """Reflect every row of a dataset, yielding one output row per input row as it finishes.
 
@@ -265,7 +284,8 @@ async def reflect_dataset(
     `http_client` an HTTP client for the judge that you own and close (as for `Judge`). Pass a
     `reflector` instead to reuse one (its judge's own limiter then applies). Rows whose id
     is in `skip_ids` are not reflected or yielded. Up to 2 x `concurrency` rows are in
-    memory at once, whatever the dataset size.
+    memory at once, whatever the dataset size. With `flat`, result rows carry only `id`,
+    `overall_valid` and the flat keys (error rows are unchanged).
 
         async for row in reflect_dataset("calls.jsonl", config=cfg, concurrency=64):
             print(row["id"], row["overall_valid"])
@@ -278,8 +298,16 @@ async def reflect_dataset(
         else:
             max_line = (reflector.config if reflector else config or ReflectionConfig()).max_line_bytes
             items = _prepare(_source_rows(source, format, max_line), skip_ids, stats)
-        async for row in _reflect_rows(items, active, limit * _WINDOW_FACTOR):
+        async for row in _reflect_rows(items, active, limit * _WINDOW_FACTOR, flat):
             yield row
+
+
+def static_lines(input: Path, config: ReflectionConfig, *, workers: int, flat: bool = False,
+                 format: str | None = None) -> AsyncIterator[Line]:
+    """What `reflection check` writes for a file when `use_processes` says so: each output row's
+    summary and line, in input order, with the id rules of `reflect_dataset`."""
+    items = _prepare(read_source(input, format, max_line_bytes=config.max_line_bytes), frozenset(), BatchStats())
+    return reflect_in_processes(items, config, workers=workers, flat=flat)
 
 
 def _input_ids(input: Path, fmt: str, wanted: Container[str]) -> set[str]:
@@ -305,6 +333,8 @@ async def run_batch(
     format: str | None = None,
     http_client: Any = None,
     retry_unknown: bool = True,
+    flat: bool = False,
+    workers: int = 1,
 ) -> BatchStats:
     """Reflect `input` into the JSON Lines file `output`, resuming where a previous run stopped.
 
@@ -313,9 +343,12 @@ async def run_batch(
     written row lacks a verdict because the judge failed (`judge_failed`) are reflected again
     and replace the old rows (see `OutputFile.drop`): ids stay unique. Judge replies are
     cached in SQLite at `cache_path` (default: see `default_cache_path`) unless `cache` is
-    False; with no judge configured there is no cache. `http_client`: as for `reflect_dataset`.
-    A `JudgeFatalError` (the endpoint refuses every request) ends the run; the rows written
-    so far stay, and a rerun resumes.
+    False; with no judge configured there is no cache. `http_client` and `flat`: as for
+    `reflect_dataset`. A `JudgeFatalError` (the endpoint refuses every request) ends the run;
+    the rows written so far stay, and a rerun resumes. With no judge and `workers` > 1, rows
+    are reflected in that many processes (see `reflection.batch._workers`; inputs under 1 MiB
+    stay in one) and written in input order; as with any multiprocessing, a script that does
+    this needs the `if __name__ == "__main__":` guard (the workers import its main module).
     """
     input, output = Path(input), Path(output)
     fmt = format or detect_format(input)
@@ -324,7 +357,10 @@ async def run_batch(
         raise ValueError("the output file must not be the input file")
     config = config or ReflectionConfig()
     limit = _concurrency(config, None, concurrency)
-    progress = progress or NoProgress()
+    if progress is None:
+        from reflection.batch.progress import NoProgress
+
+        progress = NoProgress()
     stats = BatchStats(judge=config.judge is not None)
     started = time.monotonic()
     with OutputFile(output, retry=judge_failed if retry_unknown and config.judge else None) as out:
@@ -334,11 +370,16 @@ async def run_batch(
         done = out.existing_ids
         total = count_rows(input, fmt)
         progress.start(None if total is None else max(0, total - len(done)), len(done))
-        judge_cache = SQLiteJudgeCache(cache_path or default_cache_path(output)) if cache and config.judge else None
+        judge_cache = _sqlite_cache(cache_path or default_cache_path(output)) if cache and config.judge else None
         try:
             async with _reflector_for(config, None, limit, judge_cache, http_client) as reflector:
                 items = _prepare(read_source(input, fmt, max_line_bytes=config.max_line_bytes), done, stats)
-                async for row in _reflect_rows(items, reflector, limit * _WINDOW_FACTOR):
+                if use_processes(input, config, workers):  # static-only: the workers take every row
+                    async for summary, line in reflect_in_processes(items, config, workers=workers, flat=flat):
+                        out.write_line(line)
+                        stats.written += 1
+                        progress.row(summary)
+                async for row in _reflect_rows(items, reflector, limit * _WINDOW_FACTOR, flat):
                     out.write(row)
                     stats.written += 1
                     stats.judge_requests += int((row.get("usage") or {}).get("requests") or 0)

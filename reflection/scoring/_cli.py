@@ -12,21 +12,21 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from reflection._cache import SQLiteJudgeCache
 from reflection._cli_common import open_text_output, refuse_input_as_output, user_errors
 from reflection._json import dumps
-from reflection.batch.html import ScoreHtmlReport, write_html
-from reflection.batch.runner import _batch_judge
 from reflection._log import warnings_to_stderr
 from reflection.config import ReflectionConfig, load_config
-from reflection.scoring.files import ScoreSummary, ascore_files
+
+if TYPE_CHECKING:  # loaded when `score` runs, so registering it keeps `reflection check` light
+    from rich.table import Table
+
+    from reflection.batch.html import ScoreHtmlReport
+    from reflection.scoring.files import ScoreSummary
 
 __all__ = ["score"]
 
@@ -61,6 +61,11 @@ def score(
     With a judge configured, rows also get the LLM-judged metrics (response_correctness,
     tool_selection_judged); without one those are null.
     """
+    from rich.console import Console
+
+    from reflection.batch.html import ScoreHtmlReport, write_html
+    from reflection.scoring.files import ScoreSummary
+
     warnings_to_stderr()
     cfg = load_config(config, base_url=base_url, model=model)
     refuse_input_as_output(output, predictions, references)
@@ -98,6 +103,10 @@ def score(
 async def _write_rows(predictions: Path, references: Path, out: IO[str], summary: ScoreSummary,
                       cfg: ReflectionConfig, concurrency: int | None, cache_path: Path | None,
                       page: ScoreHtmlReport | None) -> None:
+    from reflection._cache import SQLiteJudgeCache
+    from reflection.batch.runner import _batch_judge
+    from reflection.scoring.files import ascore_files
+
     async with contextlib.AsyncExitStack() as stack:
         judge = None
         if cfg.judge is not None:
@@ -115,6 +124,8 @@ async def _write_rows(predictions: Path, references: Path, out: IO[str], summary
 
 
 def _table(data: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     table = Table(title="reflection score", title_justify="left")
     table.add_column("metric")
     table.add_column("mean", justify="right")

@@ -1,0 +1,69 @@
+"""Bounded least-recently-used caches for the static stage's per-content work.
+
+A large evaluation file repeats its tool lists and schemas in no particular order; a cache
+smaller than that working set, or one that evicts in arrival order, recompiles the same
+schema again and again. These caches keep the most recently used entries and evict the
+least recently used one when full, so a working set below the size always hits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["DEFAULT_SIZE", "LRU", "set_cache_size"]
+
+DEFAULT_SIZE = 16_384
+"""Entries per cache: above the distinct tool lists and schemas of BFCL as a whole (about
+9,400 tool lists in four spec formats and 3,000 schemas), a few hundred MB at most."""
+
+_ALL: list[LRU] = []
+_MISSING: Any = object()
+
+
+class LRU:
+    """A dict-backed LRU cache: `get` refreshes an entry, `put` evicts the stalest when full."""
+
+    __slots__ = ("data", "size")
+
+    def __init__(self, size: int = DEFAULT_SIZE):
+        self.data: dict[Any, Any] = {}
+        self.size = size
+        _ALL.append(self)
+
+    def get(self, key: Any) -> Any:
+        """The cached value, or None; a hit becomes the most recently used entry."""
+        data = self.data
+        value = data.pop(key, _MISSING)
+        if value is _MISSING:
+            return None
+        data[key] = value
+        return value
+
+    def put(self, key: Any, value: Any) -> None:
+        """Cache `value`, evicting the least recently used entries beyond the size."""
+        data = self.data
+        data.pop(key, None)
+        while data and len(data) >= self.size:
+            del data[next(iter(data))]
+        data[key] = value
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def clear(self) -> None:
+        self.data.clear()
+
+
+def set_cache_size(entries: int) -> None:
+    """Resize every static-stage cache (tool lists, prepared inventories, compiled schemas).
+
+    Size them above the distinct tool lists of the files you check: a file whose working set
+    is larger recompiles schemas on every pass. Memory grows with the entries kept (compiled
+    validators of small schemas take a few KB each).
+    """
+    if entries < 1:
+        raise ValueError(f"cache size must be at least 1, got {entries}")
+    for cache in _ALL:
+        cache.size = entries
+        while len(cache.data) > entries:
+            del cache.data[next(iter(cache.data))]

@@ -1,0 +1,164 @@
+"""`--workers N`: static-only rows reflected in worker processes give the same rows as one process."""
+
+import json
+import random
+
+import anyio
+import pytest
+from typer.testing import CliRunner
+
+from reflection import ReflectionConfig
+from reflection.batch import _workers, run_batch
+from reflection.batch._workers import reflect_in_processes
+from reflection.cli import app
+from reflection._resources import example_path
+
+runner = CliRunner()
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+        "required": ["city"]}}},
+    {"name": "search", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}},
+]
+
+
+def corpus_lines(n: int, seed: int = 3) -> list[str]:
+    """Rows of every kind the output rules care about: repeated ids (also an id that looks
+    like a renamed duplicate), rows without an id, bad JSON, rows that are not objects or
+    lack a call, parallel calls, unknown tools and wrong types."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(n):
+        kind = rng.choice(["ok", "ok", "dup", "noid", "badjson", "notobj", "nocall", "parallel", "unknown", "type",
+                           "hashid"])
+        rid = f"r{i}" if kind != "dup" else f"r{rng.randrange(max(1, i))}"
+        city = rng.choice(["Paris", "Oslo", "Lima"])
+        row = {"id": rid, "tools": TOOLS, "history": [{"role": "user", "content": f"weather in {city}?"}],
+               "call": {"name": "get_weather", "arguments": {"city": city}}}
+        if kind == "badjson":
+            lines.append('{"id": "broken", "call": ')
+            continue
+        if kind == "notobj":
+            lines.append("[1, 2]")
+            continue
+        if kind == "noid":
+            del row["id"]
+        elif kind == "hashid":
+            row["id"] = f"r{rng.randrange(max(1, i))}#2"
+        elif kind == "nocall":
+            del row["call"]
+        elif kind == "parallel":
+            del row["call"]
+            row["tool_calls"] = [{"name": "get_weather", "arguments": {"city": city}},
+                                 {"name": "search", "arguments": {"q": 3}}]
+        elif kind == "unknown":
+            row["call"] = {"name": "get_wether", "arguments": {"city": city}}
+        elif kind == "type":
+            row["call"] = {"name": "get_weather", "arguments": {"city": 12, "unit": "k"}}
+        lines.append(json.dumps(row))
+        if rng.random() < 0.05:
+            lines.append("   ")  # blank lines are skipped, and line numbers still count them
+    return lines
+
+
+def rows_of(path):
+    """Output rows by id, latency aside; asserts every id is there once."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in rows:
+        row.pop("latency_ms", None)
+    by_id = {row["id"]: row for row in rows}
+    assert len(by_id) == len(rows), "an id is written twice"
+    return by_id
+
+
+@pytest.fixture
+def any_size(monkeypatch):
+    """Worker processes for inputs of any size, in many chunks (the tests' files are small)."""
+    monkeypatch.setattr(_workers, "MIN_INPUT_BYTES", 0)
+    monkeypatch.setattr(_workers, "CHUNK_ROWS", 7)
+
+
+def batch(src, out, workers, **options):
+    return anyio.run(lambda: run_batch(src, out, config=ReflectionConfig(), workers=workers, **options))
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_generated_corpus_gives_the_same_rows_with_two_workers(tmp_path, any_size, flat):
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(corpus_lines(300)) + "\n")
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    stats_one, stats_two = batch(src, one, 1, flat=flat), batch(src, two, 2, flat=flat)
+    assert rows_of(two) == rows_of(one)
+    assert (stats_two.written, stats_two.duplicates) == (stats_one.written, stats_one.duplicates)
+    assert stats_one.duplicates > 0
+    rows = rows_of(one)
+    assert any("#2" in rid for rid in rows) and any(rid.startswith("line-") for rid in rows)
+    assert any(len(row.get("results", ())) == 2 for row in rows.values()) or flat
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_both_start_methods_give_the_same_rows(tmp_path, any_size, monkeypatch, method):
+    import multiprocessing
+
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(corpus_lines(60, seed=4)) + "\n")
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    batch(src, one, 1)
+    monkeypatch.setattr(_workers, "_context", lambda: multiprocessing.get_context(method))
+    batch(src, two, 2)
+    assert rows_of(two) == rows_of(one)
+
+
+def test_shipped_example_gives_the_same_rows_with_two_workers(tmp_path, any_size):
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    batch(example_path("calls.jsonl"), one, 1)
+    batch(example_path("calls.jsonl"), two, 2)
+    assert rows_of(two) == rows_of(one)
+
+
+def test_resumed_run_with_two_workers_completes_the_output_exactly(tmp_path, any_size):
+    lines = corpus_lines(200, seed=5)
+    src, partial = tmp_path / "in.jsonl", tmp_path / "part.jsonl"
+    partial.write_text("\n".join(lines[:90]) + "\n")
+    src.write_text("\n".join(lines) + "\n")
+    once, resumed = tmp_path / "once.jsonl", tmp_path / "resumed.jsonl"
+    batch(src, once, 1)
+    batch(partial, resumed, 2)
+    with resumed.open("a") as f:
+        f.write('{"id": "r1", "overall_valid": null, "err')  # a row cut short by a killed run
+    stats = batch(src, resumed, 2)
+    assert stats.skipped > 0 and stats.truncated_bytes > 0
+    assert rows_of(resumed) == rows_of(once)
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_check_command_with_workers_writes_the_same_rows_and_counts(tmp_path, any_size, flat):
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(corpus_lines(120, seed=9)) + "\n")
+    outputs = {}
+    for workers in ("1", "2"):
+        out = tmp_path / f"out{workers}.jsonl"
+        result = runner.invoke(app, ["check", str(src), "-o", str(out), "--static-only", "--workers", workers,
+                                     *(["--flat"] if flat else [])])
+        assert result.exit_code == 0, result.output
+        outputs[workers] = (rows_of(out), result.output.splitlines()[-1])
+    assert outputs["2"] == outputs["1"]
+
+
+def collect(items, config):
+    async def run():
+        return [line async for line in reflect_in_processes(items, config, workers=2)]
+    return anyio.run(run)
+
+
+def test_a_bug_in_a_worker_is_raised_in_the_parent(tmp_path):
+    items = [5]  # not a prepared row: the worker's code fails on it
+    with pytest.raises(AttributeError):
+        collect(items, ReflectionConfig())
+
+
+def test_workers_refuse_a_config_with_a_judge():
+    config = ReflectionConfig(judge={"base_url": "http://127.0.0.1:9/v1", "model": "m"})
+    with pytest.raises(ValueError, match="static checks and grounding only"):
+        collect([], config)
