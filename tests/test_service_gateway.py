@@ -28,6 +28,7 @@ SCRIPT = {
                  {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]}],
     "rate-limited": [{"status": 429, "error": {"message": "slow down", "type": "rate_limit"}, "headers": {"retry-after": "7"}}],
     "bad-request": [{"status": 400, "error": {"message": "messages is required", "type": "invalid_request_error"}}],
+    "sets-cookie": [{"status": 400, "error": {"message": "no"}, "headers": {"set-cookie": "session=client-a; Path=/"}}],
     "long": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris" + " " * 1_800_000, "days": 2}}]}],
 }
 MAX_ROUNDS = 2
@@ -133,6 +134,20 @@ def test_requests_without_tools_pass_through_untouched(gateway, upstream):
 def test_the_clients_authorization_reaches_the_upstream(client, upstream):
     _create(client, "valid")
     assert upstream.headers[-1]["authorization"] == "Bearer sk-client-key"
+
+
+def test_a_cookie_the_upstream_sets_is_not_sent_on_later_requests(tmp_path, upstream):
+    # By host name: HTTP clients keep no cookies for bare IP addresses anyway.
+    base_url = upstream.base_url.replace("127.0.0.1", "localhost")
+    server = ServiceProcess(tmp_path, {"upstream": {"base_url": base_url}}).start()
+    try:
+        with openai.OpenAI(base_url=server.url + "/v1", api_key="sk-client-key", max_retries=0) as c:
+            with pytest.raises(openai.BadRequestError):
+                c.chat.completions.create(model="sets-cookie", messages=HISTORY, tools=TOOLS)
+            _create(c, "valid")
+    finally:
+        server.stop()
+    assert "cookie" not in upstream.headers[-1]
 
 
 def test_upstream_errors_reach_the_client_unchanged(client):

@@ -98,7 +98,9 @@ class Gateway:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=upstream.timeout)
         self.session = session or aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=connections, limit_per_host=connections), timeout=timeout,
-            skip_auto_headers=("content-type",))  # a body is sent with the client's content type or none, as it came
+            skip_auto_headers=("content-type",),  # a body is sent with the client's content type or none, as it came
+            # No cookie jar: a cookie the upstream sets for one client must not ride on another's request.
+            cookie_jar=aiohttp.DummyCookieJar())
 
     async def __aenter__(self) -> Gateway:
         return self
