@@ -16,10 +16,14 @@
 The clients are raw asyncio HTTP/1.1 connections (keep-alive, one request in flight each), so
 the load generator's own CPU stays small next to what is measured. Every process shares this
 machine's cores: on a 2-core machine the servers, the stand-in and the clients compete, and a
-busy machine shows it. Run it on a quiet machine, and more than once.
+busy machine shows it. So each arm also prints the CPU per request of every party (clients,
+stand-in, gateway or endpoint), which wall-clock noise does not blur, and the throughput ratio
+those CPU costs allow when the cores are the limit: (clients + stand-in) / (clients + stand-in
++ gateway) of the direct path's. `--baseline DIR` runs another checkout's service (e.g. main's)
+side by side in the same run, for a before/after under the same load.
 
     python benchmarks/bench_serve.py [--requests 3000] [--check-requests 5000] [--concurrency 64] [--latency 0.05]
-                                     [--workers 1]
+                                     [--workers 1] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import asyncio
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -55,9 +60,9 @@ CHECK_ROW = {"id": "bench", "call": {"id": "call_1", "type": "function",
              "tools": TOOLS, "history": HISTORY}
 
 
-def _env() -> dict[str, str]:
+def _env(root: Path = ROOT) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFLECTION_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     return env
 
 
@@ -83,14 +88,15 @@ def cpu_seconds(pid: int) -> float:
     return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK") + sum(cpu_seconds(c) for c in children)
 
 
-def start_service(tmp: Path, upstream: str, workers: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_service(tmp: Path, upstream: str, workers: int, root: Path = ROOT,
+                  name: str = "service") -> tuple[subprocess.Popen[bytes], str]:
     config = tmp / "config.yaml"
     config.write_text(json.dumps({"upstream": {"base_url": upstream}}))  # JSON is YAML
-    log = tmp / "service.log"
+    log = tmp / f"{name}.log"
     with log.open("wb") as err:
         process = subprocess.Popen([sys.executable, "-c", "from reflection.cli import app; app()", "serve",
                                     "--config", str(config), "--port", "0", "--workers", str(workers)],
-                                   stdout=subprocess.DEVNULL, stderr=err, env=_env())
+                                   stdout=subprocess.DEVNULL, stderr=err, env=_env(root), cwd=root)  # `-c` puts the cwd first
     return process, _wait_for_url(process, log, r"serving on (http://127\.0\.0\.1:\d+)")
 
 
@@ -200,6 +206,27 @@ async def load(url: str, path: str, body: bytes, requests: int, concurrency: int
     return latencies, time.perf_counter() - started, errors
 
 
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(url: str, path: str, body: bytes, requests: int, concurrency: int,
+            servers: dict[str, int]) -> tuple[list[float], float, int, dict[str, float]]:
+    """`load`, plus the CPU seconds per request each party spent: "clients" (this process) and
+    every process in `servers` (name: pid)."""
+    before = {name: cpu_seconds(pid) for name, pid in servers.items()}
+    own = _own_cpu()
+    latencies, wall, errors = asyncio.run(load(url, path, body, requests, concurrency))
+    cpu = {"clients": (_own_cpu() - own) / requests}
+    cpu.update({name: (cpu_seconds(pid) - before[name]) / requests for name, pid in servers.items()})
+    return latencies, wall, errors, cpu
+
+
+def _cpu_text(cpu: dict[str, float]) -> str:
+    return ", ".join(f"{name} {seconds * 1e6:.0f} us" for name, seconds in cpu.items())
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -212,41 +239,60 @@ def run(args: argparse.Namespace) -> None:
         tmp = Path(tmp_dir)
         upstream, upstream_url = start_upstream(args.latency, tmp)
         service, service_url = start_service(tmp, upstream_url, args.workers)
+        processes = [upstream, service]
+        services = {"gateway": (service, service_url)}
+        if args.baseline:
+            base, base_url = start_service(tmp, upstream_url, args.workers, Path(args.baseline).resolve(), "baseline")
+            processes.append(base)
+            services["baseline"] = (base, base_url)
         echo, echo_url = start_echo(tmp)
+        processes.append(echo)
         try:
             upstream_base = upstream_url.removesuffix("/v1")
-            for url in (upstream_base, service_url):  # warm-up: connections, caches, imports
+            for url in (upstream_base, *(u for _, u in services.values())):  # warm-up: connections, caches, imports
                 asyncio.run(load(url, "/v1/chat/completions", chat, 300, args.concurrency))
-            direct, direct_wall, direct_err = asyncio.run(
-                load(upstream_base, "/v1/chat/completions", chat, args.requests, args.concurrency))
-            cpu = cpu_seconds(service.pid)
-            gated, gated_wall, gated_err = asyncio.run(
-                load(service_url, "/v1/chat/completions", chat, args.requests, args.concurrency))
-            gateway_cpu = cpu_seconds(service.pid) - cpu
+            arms = {"direct": measure(upstream_base, "/v1/chat/completions", chat, args.requests, args.concurrency,
+                                      {"stand-in": upstream.pid})}
+            for name, (process, url) in services.items():
+                arms[name] = measure(url, "/v1/chat/completions", chat, args.requests, args.concurrency,
+                                     {"stand-in": upstream.pid, name: process.pid})
             print(f"gateway, {args.concurrency} concurrent clients, {args.requests} requests each way, "
                   f"stand-in latency {args.latency * 1000:.0f} ms, gate static (no judge), {args.workers} worker(s)")
-            for name, lat, wall, err in (("direct ", direct, direct_wall, direct_err), ("gateway", gated, gated_wall, gated_err)):
-                print(f"  {name}: p50 {_pct(lat, 0.5) * 1000:7.2f} ms  p99 {_pct(lat, 0.99) * 1000:7.2f} ms  "
-                      f"{len(lat) / wall:8.1f} req/s  errors {err}")
-            added50 = (_pct(gated, 0.5) - _pct(direct, 0.5)) * 1000
-            added99 = (_pct(gated, 0.99) - _pct(direct, 0.99)) * 1000
-            ratio = (len(gated) / gated_wall) / (len(direct) / direct_wall)
-            print(f"  added latency: p50 {added50:+.2f} ms (target <= 2), p99 {added99:+.2f} ms (target <= 10); "
-                  f"throughput {ratio:.2f}x direct (target >= 0.9)")
-            print(f"  the gateway's CPU (all its processes): {gateway_cpu / args.requests * 1000:.2f} ms per request "
-                  f"(one core passes at most about {args.requests / max(gateway_cpu, 1e-9):.0f} req/s)")
+            for name, (lat, wall, err, cpu) in arms.items():
+                print(f"  {name:8}: p50 {_pct(lat, 0.5) * 1000:7.2f} ms  p99 {_pct(lat, 0.99) * 1000:7.2f} ms  "
+                      f"{len(lat) / wall:8.1f} req/s  errors {err}   CPU per request: {_cpu_text(cpu)}")
+            direct, direct_wall, _, direct_cpu = arms["direct"]
+            cores = os.cpu_count() or 1
+            for name in services:
+                gated, gated_wall, _, cpu = arms[name]
+                added50 = (_pct(gated, 0.5) - _pct(direct, 0.5)) * 1000
+                added99 = (_pct(gated, 0.99) - _pct(direct, 0.99)) * 1000
+                ratio = (len(gated) / gated_wall) / (len(direct) / direct_wall)
+                base_cpu = direct_cpu["clients"] + direct_cpu["stand-in"]
+                direct_max = cores / base_cpu
+                gated_max = min(cores / (base_cpu + cpu[name]), args.workers / cpu[name])
+                print(f"  {name}: added latency p50 {added50:+.2f} ms (target <= 2), p99 {added99:+.2f} ms "
+                      f"(target <= 10); throughput {ratio:.2f}x direct (target >= 0.9)")
+                print(f"    CPU-bound ceilings on {cores} cores: direct {direct_max:.0f} req/s, through it "
+                      f"{gated_max:.0f} req/s ({gated_max / direct_max:.2f}x; the clients' "
+                      f"{args.concurrency} / {args.latency * 1000:.0f} ms allow {args.concurrency / args.latency:.0f})")
 
-            for url, path in ((service_url, "/v1/check"), (echo_url, "/echo")):
-                asyncio.run(load(url, path, row, 500, args.concurrency))
-            _, check_wall, check_err = asyncio.run(load(service_url, "/v1/check", row, args.check_requests, args.concurrency))
-            _, echo_wall, echo_err = asyncio.run(load(echo_url, "/echo", row, args.check_requests, args.concurrency))
-            check_rate, echo_rate = args.check_requests / check_wall, args.check_requests / echo_wall
             print(f"/v1/check vs a bare parse-and-echo endpoint on the same stack, {args.check_requests} requests, "
                   f"{args.concurrency} concurrent, {len(row)} byte row")
-            print(f"  /v1/check: {check_rate:8.1f} req/s (errors {check_err})   echo: {echo_rate:8.1f} req/s "
-                  f"(errors {echo_err})   ratio {check_rate / echo_rate:.2f}x (target >= 0.5)")
+            for url, path in [*((u, "/v1/check") for _, u in services.values()), (echo_url, "/echo")]:
+                asyncio.run(load(url, path, row, 500, args.concurrency))
+            rates, server_cpu = {}, {}
+            for name, (process, url) in [*services.items(), ("echo", (echo, echo_url))]:
+                path = "/echo" if name == "echo" else "/v1/check"
+                _, wall, err, cpu = measure(url, path, row, args.check_requests, args.concurrency, {name: process.pid})
+                rates[name], server_cpu[name] = args.check_requests / wall, cpu[name]
+                label = f"{name} {path}"
+                print(f"  {label:22}: {rates[name]:8.1f} req/s (errors {err})   CPU per request: {_cpu_text(cpu)}")
+            for name in services:
+                print(f"  {name}: /v1/check {rates[name] / rates['echo']:.2f}x the echo's req/s (target >= 0.5); "
+                      f"by the servers' CPU per request {server_cpu['echo'] / server_cpu[name]:.2f}x")
         finally:
-            for process in (upstream, service, echo):
+            for process in processes:
                 process.terminate()
                 process.wait(15)
 
@@ -258,6 +304,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--latency", type=float, default=0.05, help="the stand-in model's latency (s)")
     parser.add_argument("--workers", type=int, default=1, help="reflection serve --workers")
+    parser.add_argument("--baseline", metavar="DIR", help="also measure the service of this checkout (e.g. main's)")
     parser.add_argument("--echo-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_server:

@@ -28,6 +28,8 @@ SCRIPT = {
                  {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]}],
     "rate-limited": [{"status": 429, "error": {"message": "slow down", "type": "rate_limit"}, "headers": {"retry-after": "7"}}],
     "bad-request": [{"status": 400, "error": {"message": "messages is required", "type": "invalid_request_error"}}],
+    "sets-cookie": [{"status": 400, "error": {"message": "no"}, "headers": {"set-cookie": "session=client-a; Path=/"}}],
+    "long": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris" + " " * 1_800_000, "days": 2}}]}],
 }
 MAX_ROUNDS = 2
 
@@ -134,6 +136,20 @@ def test_the_clients_authorization_reaches_the_upstream(client, upstream):
     assert upstream.headers[-1]["authorization"] == "Bearer sk-client-key"
 
 
+def test_a_cookie_the_upstream_sets_is_not_sent_on_later_requests(tmp_path, upstream):
+    # By host name: HTTP clients keep no cookies for bare IP addresses anyway.
+    base_url = upstream.base_url.replace("127.0.0.1", "localhost")
+    server = ServiceProcess(tmp_path, {"upstream": {"base_url": base_url}}).start()
+    try:
+        with openai.OpenAI(base_url=server.url + "/v1", api_key="sk-client-key", max_retries=0) as c:
+            with pytest.raises(openai.BadRequestError):
+                c.chat.completions.create(model="sets-cookie", messages=HISTORY, tools=TOOLS)
+            _create(c, "valid")
+    finally:
+        server.stop()
+    assert "cookie" not in upstream.headers[-1]
+
+
 def test_upstream_errors_reach_the_client_unchanged(client):
     with pytest.raises(openai.RateLimitError) as caught:
         client.chat.completions.create(model="rate-limited", messages=HISTORY, tools=TOOLS)
@@ -185,6 +201,13 @@ def test_a_streamed_call_that_stays_refused_becomes_text(client):
     events = _stream(client, "stubborn")
     assert events[0][0] == "text" and events[0][1].strip().startswith("The call to get_forecast_for_city was not run")
     assert events[1] == ("finish", "stop", ["deny"])
+
+
+def test_a_streamed_call_whose_event_lines_outgrow_the_readers_buffer_arrives_whole(client):
+    # Each of the call's three argument chunks is a ~600 kB event line (aiohttp's line reader stops at 512 kB).
+    events = _stream(client, "long")
+    assert events[0] == ("call", 0, "get_weather", {"city": "Paris" + " " * 1_800_000, "days": 2})
+    assert events[1][0] == "finish"
 
 
 @pytest.fixture(scope="module")

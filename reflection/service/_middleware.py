@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import re
 import time
 import uuid
@@ -104,14 +105,16 @@ class ServiceMiddleware:
                 self.metrics.in_flight.dec()
             elapsed = time.perf_counter() - started
             self.metrics.observe_request(route, response["status"], elapsed)
-            if path not in _QUIET:
-                request_logger.info(
-                    "request", extra={
+            if path not in _QUIET and request_logger.isEnabledFor(logging.INFO):
+                # makeRecord + handle is `info()` without its walk up the stack for the caller's
+                # file and line, which the request line never shows.
+                request_logger.handle(request_logger.makeRecord(
+                    request_logger.name, logging.INFO, __file__, 0, "request", (), None, extra={
                         "request_id": request_id, "method": scope["method"], "route": route,
                         "status": response["status"], "duration_ms": round(elapsed * 1000, 3),
                         "client": (scope.get("client") or ("", 0))[0], "actions": response["actions"],
                     },
-                )
+                ))
 
     def _refuse(self, scope: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, Any], dict[str, str]] | None:
         """A (status, body, headers) answer for a request that must not reach the application."""

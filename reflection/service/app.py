@@ -259,8 +259,10 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
 
     routes = [route.path for route in app.routes]  # type: ignore[attr-defined]
     service = config.service
+    hot = {"/v1/check": check_route, "/v1/chat/completions": chat_completions, "/v1/gate": gate_route,
+           "/v1/reflect": reflect_route}
     return ServiceMiddleware(
-        app,
+        _HotRoutes(app, hot),
         api_keys=[key.get_secret_value() for key in service.api_keys],
         max_body_bytes=service.max_body_bytes,
         max_in_flight=service.max_in_flight,
@@ -268,6 +270,34 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         metrics=metrics,
         routes=routes,
     )
+
+
+class _HotRoutes:
+    """Calls the endpoints that take a bare `Request` straight for `POST` on their path, and hands
+    everything else (other methods, the guardrail's validated body, probes, docs, lifespan) to FastAPI.
+
+    FastAPI's own stack (its middlewares, the router's linear match, dependency solving) costs about
+    as much CPU as `/v1/check`'s work itself; these endpoints need none of it. An `HTTPException`
+    becomes the same JSON answer as FastAPI's handler gives; anything else propagates to
+    `ServiceMiddleware`, which answers 500 with the request id.
+    """
+
+    def __init__(self, app: FastAPI, endpoints: Mapping[str, Any]):
+        self.app = app
+        self.endpoints = dict(endpoints)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        endpoint = self.endpoints.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if endpoint is None:
+            await self.app(scope, receive, send)
+            return
+        scope["app"] = self.app
+        request = Request(scope, receive, send)
+        try:
+            response = await endpoint(request)
+        except HTTPException as exc:
+            response = _json({"detail": exc.detail}, exc.status_code, exc.headers)
+        await response(scope, receive, send)
 
 
 async def _readiness(state: _State) -> tuple[bool, dict[str, str]]:
