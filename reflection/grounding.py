@@ -14,7 +14,7 @@ from functools import lru_cache
 from itertools import islice
 from typing import Any
 
-from reflection.model import History, ToolCall, ToolSpec, ValueGrounding, ValueSource
+from reflection.model import History, ToolCall, ToolSpec, ValueGrounding, ValueSource, _trusted
 
 __all__ = ["ground_call"]
 
@@ -39,7 +39,8 @@ def ground_call(call: ToolCall, history: History, spec: ToolSpec | None) -> tupl
                 break
         if spec is not None:
             sources.extend(_spec_sources(spec.parameters, schema_path, value, enums))
-        out.append(ValueGrounding(path=path, value=value, sources=tuple(sources)))
+        # Built without re-validation: every field is already the exact type validation returns.
+        out.append(_trusted(ValueGrounding, path=path, value=value, sources=tuple(sources)))
     return tuple(out)
 
 
@@ -119,8 +120,8 @@ class _Conversation:
             lo = self.starts[number]
             hi = self.starts[number + 1] - 1 if number + 1 < len(self.starts) else len(text)
             kind, index, message_index = self.messages[number]
-            out.append(ValueSource(kind=kind, index=index, message_index=message_index,
-                                   quote=_quote(text, lo, hi, start, start + len(needle))))
+            out.append(_trusted(ValueSource, kind=kind, index=index, message_index=message_index,
+                                quote=_quote(text, lo, hi, start, start + len(needle))))
             position = hi + 1  # on to the next message
 
 
@@ -171,14 +172,14 @@ def _spec_sources(schema: dict[str, Any], schema_path: tuple[str, ...], value: A
         return []
     out = []
     if "default" in node and _same(node["default"], value):
-        out.append(ValueSource(kind="default", quote=f"default: {node['default']!r}"))
+        out.append(_trusted(ValueSource, kind="default", quote=f"default: {node['default']!r}"))
     enum = node.get("enum")
     if isinstance(enum, list):
         members = enums.get(id(enum))
         if members is None:
             members = enums[id(enum)] = frozenset(_key(m) for m in enum if isinstance(m, _SCALARS))
         if isinstance(value, _SCALARS) and _key(value) in members:
-            out.append(ValueSource(kind="enum", quote=f"enum member {value!r}"))
+            out.append(_trusted(ValueSource, kind="enum", quote=f"enum member {value!r}"))
     return out
 
 
