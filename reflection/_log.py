@@ -11,16 +11,21 @@ import logging
 import sys
 from typing import TextIO
 
+from reflection._terminal import plain
+
 __all__ = ["warnings_to_stderr"]
 
 
 class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever `sys.stderr` is at the time (test runners swap it)."""
+    """Writes to whatever `sys.stderr` is at the time (test runners swap it), one line per
+    warning with no control codes: a warning may quote a server's message or a file name."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.setFormatter(logging.Formatter("warning: %(message)s"))
         self.setLevel(logging.WARNING)
+
+    def format(self, record: logging.LogRecord) -> str:
+        return "warning: " + plain(record.getMessage(), one_line=True)
 
     @property  # type: ignore[override]
     def stream(self) -> TextIO:

@@ -433,3 +433,14 @@ def test_item12_the_lock_moves_with_the_rewrite_that_replaces_judge_failures(tmp
         with pytest.raises(OutputLocked, match="being written by process"):
             OutputFile(out).open()
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["b"]
+
+
+def test_library_warnings_reach_the_terminal_as_one_plain_line(capsys):
+    import logging
+
+    from reflection._log import warnings_to_stderr
+
+    warnings_to_stderr()
+    logging.getLogger("reflection.judge").warning("server said %s", "\x1b[31mred\x1b]8;;http://x\x07\nsecond line")
+    err = capsys.readouterr().err
+    assert err == "warning: server said \\x1b[31mred\\x1b]8;;http://x\\x07\\x0asecond line\n"
