@@ -1,12 +1,14 @@
-"""What the fake judge and the stand-in server share: reading a Chat Completions request
-and writing a judge reply for the checks it asks about."""
+"""What the fake judge and the stand-in servers share: reading a Chat Completions request,
+writing a judge reply for the checks it asks about, and running a server on a thread."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
-from typing import Any
+import threading
+from typing import Any, Self
 
 from reflection._json import dumps, parse_json
 from reflection.model import SEMANTIC_CHECKS
@@ -249,3 +251,40 @@ def _near_json(value: Any, *, quote: str = '"', trailing: bool = False) -> str:
         inner = json.dumps(value, ensure_ascii=False)[1:-1].replace('\\"', '"').replace("'", "\\'")
         return f"'{inner}'"
     return dumps(value)
+
+
+class BackgroundServer:
+    """A stand-in server on a background thread: `with Server(...) as server:` serves on
+    127.0.0.1 until the block ends. A subclass's `serve()` binds `port` and sets `_ready`;
+    its `stop()` ends `serve()` and joins `_thread`."""
+
+    _thread_name = "stand-in server"
+    port: int
+    _ready: threading.Event
+    _thread: threading.Thread | None
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-style base URL, ending in /v1."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Serve on a background thread; returns once the port is bound."""
+        self._thread = threading.Thread(target=lambda: asyncio.run(self.serve()),
+                                        name=self._thread_name.replace(" ", "-"), daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError(f"the {self._thread_name} did not start within 10 s")
+
+    async def serve(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError

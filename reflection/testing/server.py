@@ -31,6 +31,7 @@ import orjson
 
 from reflection._json import dumps
 from reflection.testing._protocol import (
+    BackgroundServer,
     REPLY_STYLES,
     SCORE_REQUEST,
     TRUNCATED_BUDGET,
@@ -66,8 +67,10 @@ def judge_reply(body: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
-class StandInJudge:
+class StandInJudge(BackgroundServer):
     """The stand-in server running on a background thread (context manager)."""
+
+    _thread_name = "stand-in judge"
 
     def __init__(
         self,
@@ -104,25 +107,6 @@ class StandInJudge:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-
-    @property
-    def base_url(self) -> str:
-        """The OpenAI-style base URL, ending in /v1."""
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def __enter__(self) -> StandInJudge:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        """Start serving on a background thread; returns once the port is bound."""
-        self._thread = threading.Thread(target=lambda: asyncio.run(self.serve()), name="stand-in-judge", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("the stand-in judge did not start within 10 s")
 
     def stop(self) -> None:
         """Stop serving and wait for the thread."""

@@ -36,6 +36,8 @@ from typing import Any
 
 import orjson
 
+from reflection.testing._protocol import BackgroundServer
+
 __all__ = ["StandInModel", "completion_chunks", "completion_reply"]
 
 
@@ -92,8 +94,10 @@ def completion_chunks(model: str, reply: dict[str, Any], serial: int, *, include
     return out
 
 
-class StandInModel:
+class StandInModel(BackgroundServer):
     """The stand-in model server on a background thread (context manager), or `serve()` in a loop."""
+
+    _thread_name = "stand-in model"
 
     def __init__(
         self,
@@ -117,25 +121,6 @@ class StandInModel:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._server: Any = None
-
-    @property
-    def base_url(self) -> str:
-        """The OpenAI-style base URL, ending in /v1."""
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def __enter__(self) -> StandInModel:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        """Serve on a background thread; returns once the port is bound."""
-        self._thread = threading.Thread(target=lambda: asyncio.run(self.serve()), name="stand-in-model", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("the stand-in model did not start within 10 s")
 
     def stop(self) -> None:
         """Stop serving and wait for the thread."""
