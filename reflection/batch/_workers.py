@@ -61,9 +61,10 @@ Line = tuple[dict[str, Any], bytes]
 """An output row's summary (`id`, `overall_valid`, and `error` when present: what the counts
 and the progress display read) and its JSON line, newline included."""
 
-Reflected = tuple[int, str, "Line | None"]
-"""A JSON Lines row as a worker returns it: its line number, its own id (`rows.row_id`), and its
-output line (None when that id is among the resumed ones: not reflected)."""
+Reflected = tuple[int, str, "bool | dict[str, Any] | None", "bytes | None"]
+"""A JSON Lines row as a worker returns it: its line number, its own id (`rows.row_id`), its
+`overall_valid` (or its summary when it is an error row: cheaper to send than a summary per
+row), and its output line (None when its id is among the resumed ones: not reflected)."""
 
 
 def default_workers() -> int:
@@ -134,7 +135,14 @@ def _reflect_lines(lines: list[tuple[int, bytes | str]]) -> list[Reflected]:
         if rid not in skip_ids:
             items.append(_item_of(source, rid))
     out = iter(_reflect_chunk(items))
-    return [(number, rid, None if rid in skip_ids else next(out)) for number, rid in rows]
+    reflected: list[Reflected] = []
+    for number, rid in rows:
+        if rid in skip_ids:
+            reflected.append((number, rid, None, None))
+            continue
+        summary, line = next(out)
+        reflected.append((number, rid, summary if "error" in summary else summary["overall_valid"], line))
+    return reflected
 
 
 # --- in the parent ---------------------------------------------------------------------------
@@ -177,9 +185,8 @@ async def reflect_lines_in_processes(
 ) -> AsyncIterator[Reflected]:
     """Parse and reflect the lines of a JSON Lines file (`inputs.jsonl_lines`) in `workers`
     processes, as `reflect_in_processes` does prepared rows, yielding for each row that is not
-    blank its line number, its own id (`rows.row_id`) and its output line, in input order. The
-    id rules are the caller's to apply; a row whose own id is in `skip_ids` is not reflected
-    (its line is None)."""
+    blank a `Reflected`, in input order. The id rules are the caller's to apply; a row whose own
+    id is in `skip_ids` is not reflected (its line is None)."""
     chunks = _in_processes(_reflect_lines, lines, config, workers=workers, flat=flat, chunk_rows=chunk_rows,
                            skip_ids=skip_ids)
     async with aclosing(chunks):

@@ -338,14 +338,14 @@ async def _settled(rows: AsyncIterator[Reflected], ids: _Ids) -> AsyncIterator[L
     """The workers' rows with the id rules applied in input order: resumed rows dropped, a
     duplicate's line replaced by its error row."""
     async with contextlib.aclosing(rows):
-        async for position, rid, line in rows:
+        async for position, rid, verdict, line in rows:
             outcome = ids.settle(rid, position)
             if isinstance(outcome, dict):
                 yield line_of(outcome)
             elif outcome is not None:
                 if line is None:  # the worker skips only ids the rules drop or rename
                     raise RuntimeError(f"row {rid!r} at line {position} was not reflected")
-                yield line
+                yield verdict if isinstance(verdict, dict) else {"id": rid, "overall_valid": verdict}, line
 
 
 def _input_ids(input: Path, fmt: str, wanted: Container[str]) -> set[str]:
