@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from reflection import ReflectionConfig
 from reflection.batch import _workers, run_batch
-from reflection.batch._workers import reflect_in_processes
+from reflection.batch._workers import reflect_in_processes, reflect_lines_in_processes
 from reflection.cli import app
 from reflection._resources import example_path
 
@@ -205,6 +205,13 @@ def test_a_bug_in_a_worker_is_raised_in_the_parent(tmp_path):
     items = [5]  # not a prepared row: the worker's code fails on it
     with pytest.raises(AttributeError):
         collect(items, ReflectionConfig())
+
+
+def test_a_bug_in_a_worker_parsing_lines_is_raised_in_the_parent():
+    async def run():
+        return [row async for row in reflect_lines_in_processes([5], ReflectionConfig(), workers=2)]
+    with pytest.raises(TypeError):  # not a (line number, line) pair
+        anyio.run(run)
 
 
 def test_workers_refuse_a_config_with_a_judge():
