@@ -67,9 +67,13 @@ def check(
 
 async def _write_lines(lines: Any, out: Any) -> dict[str, int]:
     counts = {"rows": 0, "valid": 0, "invalid": 0, "unknown": 0, "error": 0}
+    binary = getattr(out, "buffer", None)  # the lines are UTF-8 already: no decoding and encoding again
+    if binary is not None:
+        out.flush()
+    write = binary.write if binary is not None else lambda line: out.write(line.decode())
     async for summary, line in lines:
         _tally(counts, summary)
-        out.write(line.decode())
+        write(line)
     return counts
 
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from reflection import ReflectionConfig
 from reflection.batch import _workers, run_batch
-from reflection.batch._workers import reflect_in_processes
+from reflection.batch._workers import reflect_in_processes, reflect_lines_in_processes
 from reflection.cli import app
 from reflection._resources import example_path
 
@@ -79,8 +79,9 @@ def any_size(monkeypatch):
     monkeypatch.setattr(_workers, "CHUNK_ROWS", 7)
 
 
-def batch(src, out, workers, **options):
-    return anyio.run(lambda: run_batch(src, out, config=ReflectionConfig(), workers=workers, **options))
+def batch(src, out, workers, config=None, **options):
+    config = config or ReflectionConfig()
+    return anyio.run(lambda: run_batch(src, out, config=config, workers=workers, **options))
 
 
 @pytest.mark.parametrize("flat", [False, True])
@@ -95,6 +96,54 @@ def test_generated_corpus_gives_the_same_rows_with_two_workers(tmp_path, any_siz
     rows = rows_of(one)
     assert any("#2" in rid for rid in rows) and any(rid.startswith("line-") for rid in rows)
     assert any(len(row.get("results", ())) == 2 for row in rows.values()) or flat
+
+
+def odd_lines() -> list[bytes]:
+    """Lines whose id only the full parse gets right (the workers parse, the parent names): BOMs,
+    bytes that are not UTF-8, ids that are numbers, booleans, null, objects or repeated keys, an
+    id naming another row's line, a lone surrogate, a call nesting too deep to parse, an
+    overlong line (with a 12,000-byte limit)."""
+    call = {"name": "get_weather", "arguments": {"city": "Oslo"}}
+
+    def row(rid, **extra):
+        return json.dumps({"id": rid, "tools": TOOLS, "call": call, **extra}).encode()
+
+    return [
+        b"\xef\xbb\xbf" + row("bom-first"),
+        row(7), row("7"), row(7.0), row(True), row("True"), row(None), row([1]), row({"a": 1}),
+        b"\xef\xbb\xbf" + row("bom-inside"),
+        b"\xef\xbb\xbf   ",  # a BOM and blanks: a blank line
+        b'{"id": "caf\xe9", "call": {}}',  # Latin-1, not UTF-8
+        b'{"id": "a", "id": "b", "tools": [], "call": {"name": "x", "arguments": {}}}',
+        row("line-17"),  # the name of a row without an id a few lines below
+        row("ok-1"), row("ok-2"),
+        json.dumps({"tools": TOOLS, "call": call}).encode(),  # line 17: no id
+        b'{"id": "\\ud800", "call": {}}',
+        row("long", history=[{"role": "user", "content": "x" * 20000}]),
+        row("long"),  # the overlong line above is named line-19, so this id is not a duplicate
+        b'{"id": "deep", "call": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        row(10**30), row(str(10**30)),
+    ]
+
+
+def test_odd_lines_give_the_same_rows_with_two_workers(tmp_path, any_size):
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"\n".join(odd_lines()) + b"\n")
+    config = ReflectionConfig(max_line_bytes=12000)
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    stats_one, stats_two = batch(src, one, 1, config), batch(src, two, 2, config)
+    rows = rows_of(one)
+    assert rows_of(two) == rows
+    assert (stats_two.written, stats_two.duplicates) == (stats_one.written, stats_one.duplicates)
+    assert {"bom-first", "bom-inside", "7", "7#2", "7.0", "True", "True#2", "b", "line-17", "line-17#2",
+            "long", "line-19", str(10**30), f"{10**30}#2"} <= set(rows)
+    assert "not valid UTF-8" in rows["line-12"]["error"] and "max_line_bytes" in rows["line-19"]["error"]
+    resumed = tmp_path / "resumed.jsonl"  # resumed: the rows of some ids already written
+    resumed.write_text("".join(line + "\n" for line in one.read_text().splitlines()
+                               if json.loads(line)["id"] in {"7", "True", "line-17", "long", "line-12"}))
+    stats = batch(src, resumed, 2, config)
+    assert stats.skipped == 5
+    assert rows_of(resumed) == rows
 
 
 @pytest.mark.parametrize("method", ["fork", "forkserver"])
@@ -156,6 +205,13 @@ def test_a_bug_in_a_worker_is_raised_in_the_parent(tmp_path):
     items = [5]  # not a prepared row: the worker's code fails on it
     with pytest.raises(AttributeError):
         collect(items, ReflectionConfig())
+
+
+def test_a_bug_in_a_worker_parsing_lines_is_raised_in_the_parent():
+    async def run():
+        return [row async for row in reflect_lines_in_processes([5], ReflectionConfig(), workers=2)]
+    with pytest.raises(TypeError):  # not a (line number, line) pair
+        anyio.run(run)
 
 
 def test_workers_refuse_a_config_with_a_judge():

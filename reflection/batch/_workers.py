@@ -1,12 +1,17 @@
 """Static-only rows reflected in worker processes (`--workers N` of `check` and `batch`).
 
-The parent reads the input (any format, through `read_source`) and applies the id rules
-(resume skips, duplicate ids) in input order, exactly as the one-process path does; it sends
-the prepared rows in contiguous chunks to a `ProcessPoolExecutor` whose workers reflect them
-with the same code (`_reflect_rows` on a static-only `Reflector`) and serialise each output
-row to its line. The parent takes the chunks back in the order it sent them, so the output
-is in input order, every id once. At most `2 x workers` chunks are in flight, which bounds
-memory in the parent and the workers whatever the input size.
+For JSON Lines input the parent only reads the lines (`inputs.jsonl_lines`) and sends them,
+unparsed, in contiguous chunks to a `ProcessPoolExecutor`; each worker parses its lines with
+the one-process path's code (`inputs.jsonl_row`, `rows.read_row`), reflects them (`_reflect_rows`
+on a static-only `Reflector`) and returns, per row, its line number, its own id (`rows.row_id`)
+and its output line. The parent applies the id rules (resume skips, duplicate ids) to those
+ids in input order, as the one-process path does, and writes each worker's line, or the
+duplicate's error row in its place: parsing, the bulk of the parent's work otherwise, runs
+in the workers. A worker does not reflect a row whose own id is among the resumed ones (the
+parent drops it, or writes it as a duplicate). Other formats are read and prepared in the
+parent, which sends the prepared rows. The parent takes the chunks back in the order it
+sent them, so the output is in input order, every id once. At most `2 x workers` chunks are
+in flight, which bounds memory in the parent and the workers whatever the input size.
 
 Workers are forked while the parent has a single thread (`reflection check`, `reflection batch
 --no-progress`); otherwise they start from a fork server ('spawn' where there is none), since
@@ -25,8 +30,9 @@ import os
 import signal
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Container, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import aclosing
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -36,9 +42,10 @@ import anyio.to_thread
 
 from reflection._json import dumps
 from reflection.config import ReflectionConfig
-from reflection.rows import InputRow
+from reflection.rows import InputRow, row_id
 
-__all__ = ["MAX_DEFAULT_WORKERS", "MIN_INPUT_BYTES", "default_workers", "reflect_in_processes", "use_processes"]
+__all__ = ["MAX_DEFAULT_WORKERS", "MIN_INPUT_BYTES", "default_workers", "reflect_in_processes",
+           "reflect_lines_in_processes", "use_processes"]
 
 MAX_DEFAULT_WORKERS = 8
 """The default number of workers is the usable cores, at most this."""
@@ -53,6 +60,11 @@ keep every worker busy to the end."""
 Line = tuple[dict[str, Any], bytes]
 """An output row's summary (`id`, `overall_valid`, and `error` when present: what the counts
 and the progress display read) and its JSON line, newline included."""
+
+Reflected = tuple[int, str, "bool | dict[str, Any] | None", "bytes | None"]
+"""A JSON Lines row as a worker returns it: its line number, its own id (`rows.row_id`), its
+`overall_valid` (or its summary when it is an error row: cheaper to send than a summary per
+row), and its output line (None when its id is among the resumed ones: not reflected)."""
 
 
 def default_workers() -> int:
@@ -87,13 +99,13 @@ def line_of(row: dict[str, Any]) -> Line:
 _worker: dict[str, Any] = {}
 
 
-def _start_worker(config: ReflectionConfig, flat: bool) -> None:
+def _start_worker(config: ReflectionConfig, flat: bool, skip_ids: Container[str] = frozenset()) -> None:
     from reflection.pipeline import Reflector
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     signal.set_wakeup_fd(-1)  # a forked worker must not write signals into the parent's event loop
     _worker.update(reflector=Reflector(config.model_copy(update={"judge": None})), flat=flat,
-                   loop=asyncio.new_event_loop())
+                   loop=asyncio.new_event_loop(), skip_ids=skip_ids)
 
 
 async def _reflect_items(items: list[InputRow | dict[str, Any]]) -> list[Line]:
@@ -104,6 +116,33 @@ async def _reflect_items(items: list[InputRow | dict[str, Any]]) -> list[Line]:
 
 def _reflect_chunk(items: list[InputRow | dict[str, Any]]) -> list[Line]:
     return _worker["loop"].run_until_complete(_reflect_items(items))
+
+
+def _reflect_lines(lines: list[tuple[int, bytes | str]]) -> list[Reflected]:
+    """Parse and reflect a chunk of `inputs.jsonl_lines` (blank lines give nothing)."""
+    from reflection.batch.inputs import jsonl_row
+    from reflection.batch.runner import _item_of
+
+    skip_ids = _worker["skip_ids"]
+    rows: list[tuple[int, str]] = []
+    items: list[InputRow | dict[str, Any]] = []
+    for number, line in lines:
+        source = jsonl_row(number, line)
+        if source is None:
+            continue
+        rid = row_id(source.raw, number)
+        rows.append((number, rid))
+        if rid not in skip_ids:
+            items.append(_item_of(source, rid))
+    out = iter(_reflect_chunk(items))
+    reflected: list[Reflected] = []
+    for number, rid in rows:
+        if rid in skip_ids:
+            reflected.append((number, rid, None, None))
+            continue
+        summary, line = next(out)
+        reflected.append((number, rid, summary if "error" in summary else summary["overall_valid"], line))
+    return reflected
 
 
 # --- in the parent ---------------------------------------------------------------------------
@@ -133,30 +172,57 @@ async def reflect_in_processes(
 
     The parent waits for a chunk without blocking its event loop, so cancelling it (asyncio
     turns Ctrl-C into a cancellation) stops the run at once."""
+    chunks = _in_processes(_reflect_chunk, items, config, workers=workers, flat=flat, chunk_rows=chunk_rows)
+    async with aclosing(chunks):  # a consumer that stops early stops the workers at once
+        async for chunk in chunks:
+            for line in chunk:
+                yield line
+
+
+async def reflect_lines_in_processes(
+    lines: Iterable[tuple[int, bytes | str]], config: ReflectionConfig, *, workers: int, flat: bool = False,
+    skip_ids: Container[str] = frozenset(), chunk_rows: int | None = None,
+) -> AsyncIterator[Reflected]:
+    """Parse and reflect the lines of a JSON Lines file (`inputs.jsonl_lines`) in `workers`
+    processes, as `reflect_in_processes` does prepared rows, yielding for each row that is not
+    blank a `Reflected`, in input order. The id rules are the caller's to apply; a row whose own
+    id is in `skip_ids` is not reflected (its line is None)."""
+    chunks = _in_processes(_reflect_lines, lines, config, workers=workers, flat=flat, chunk_rows=chunk_rows,
+                           skip_ids=skip_ids)
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            for row in chunk:
+                yield row
+
+
+async def _in_processes(
+    work: Callable[[list[Any]], list[Any]], items: Iterable[Any], config: ReflectionConfig, *, workers: int,
+    flat: bool, chunk_rows: int | None, skip_ids: Container[str] = frozenset(),
+) -> AsyncIterator[list[Any]]:
+    """`work` applied in worker processes to contiguous chunks of `items`, the results in order."""
     if config.judge is not None:
         raise ValueError("worker processes run static checks and grounding only; this config has a judge")
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     rows, size = iter(items), chunk_rows or CHUNK_ROWS
     chunks = iter(lambda: list(islice(rows, size)), [])
-    pending: deque[Future[list[Line]]] = deque()
+    pending: deque[Future[list[Any]]] = deque()
+    # Forked workers share the parent's resumed ids; others get a copy, once.
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_start_worker,
-                               initargs=(config, flat))
+                               initargs=(config, flat, skip_ids))
     try:
         for chunk in chunks:
-            pending.append(pool.submit(_reflect_chunk, chunk))
+            pending.append(pool.submit(work, chunk))
             while len(pending) >= 2 * workers:
-                for line in await _result(pending.popleft()):
-                    yield line
+                yield await _result(pending.popleft())
         while pending:
-            for line in await _result(pending.popleft()):
-                yield line
+            yield await _result(pending.popleft())
     finally:
         # Normal end, an error, a cancellation (Ctrl-C) or a consumer that stopped early: drop
         # the chunks not started and wait for the running ones (a few milliseconds each).
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-async def _result(future: Future[list[Line]]) -> list[Line]:
-    """A chunk's lines, awaited on a thread: the event loop stays free to deliver a cancellation."""
+async def _result(future: Future[list[Any]]) -> list[Any]:
+    """A chunk's results, awaited on a thread: the event loop stays free to deliver a cancellation."""
     return await anyio.to_thread.run_sync(future.result, abandon_on_cancel=True)

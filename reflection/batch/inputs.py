@@ -27,7 +27,8 @@ from reflection._json import parse_json
 from reflection.config import DEFAULT_MAX_LINE_BYTES
 from reflection.rows import parse_line
 
-__all__ = ["FORMATS", "SourceRow", "check_input", "count_rows", "detect_format", "read_source"]
+__all__ = ["FORMATS", "SourceRow", "check_input", "count_rows", "detect_format", "jsonl_lines", "jsonl_row",
+           "read_source"]
 
 FORMATS: dict[str, str] = {
     ".jsonl": "jsonl",
@@ -43,6 +44,7 @@ JSON_COLUMNS = ("call", "tool_calls", "tools", "history")
 """Columns holding JSON text in CSV (and, when they are strings, in Parquet)."""
 
 _CHUNK = 1 << 16
+_READ_BUFFER = 1 << 20  # rows are kilobytes: a small buffer makes readline several times slower
 _BOM = codecs.BOM_UTF8
 
 
@@ -162,21 +164,43 @@ def _not_utf8(line: bytes, where: str) -> str | None:
     return None
 
 
-def _read_jsonl(path: Path, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[SourceRow]:
-    with path.open("rb") as f:
+def jsonl_lines(path: str | Path, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[tuple[int, bytes | str]]:
+    """The lines of a JSON Lines file, unparsed: (line number, line) for each, or (line number,
+    the error message) for a line over `max_line_bytes`, which is read past, never held.
+    `jsonl_row` turns each into what `read_source` yields; `--workers` parses them in the
+    worker processes. Raises at once as `read_source` does."""
+    path = Path(path)
+    if max_line_bytes < 1:
+        raise ValueError(f"max_line_bytes must be at least 1, got {max_line_bytes}")
+    check_input(path)
+    return _jsonl_lines(path, max_line_bytes)
+
+
+def _jsonl_lines(path: Path, max_line_bytes: int) -> Iterator[tuple[int, bytes | str]]:
+    with path.open("rb", buffering=_READ_BUFFER) as f:
         for number, line in _bounded_lines(f, max_line_bytes):
-            if isinstance(line, _LineTooLong):
-                yield SourceRow(number, error=str(line))
-                continue
-            if line.startswith(_BOM):  # editors write one at the start of a file; files get concatenated
-                line = line[len(_BOM):]
-            if not line.strip():
-                continue
-            try:
-                yield SourceRow(number, parse_line(line))
-            except ValueError as exc:
-                yield SourceRow(number, error=_not_utf8(line, f"line {number}")
-                                or f"line {number} is not valid JSON: {exc}")
+            yield number, str(line) if isinstance(line, _LineTooLong) else line
+
+
+def jsonl_row(number: int, line: bytes | str) -> SourceRow | None:
+    """The record of one item of `jsonl_lines`: parsed, or carrying why it cannot be read;
+    None for a blank line."""
+    if isinstance(line, str):
+        return SourceRow(number, error=line)
+    if line.startswith(_BOM):  # editors write one at the start of a file; files get concatenated
+        line = line[len(_BOM):]
+    if not line.strip():
+        return None
+    try:
+        return SourceRow(number, parse_line(line))
+    except ValueError as exc:
+        return SourceRow(number, error=_not_utf8(line, f"line {number}") or f"line {number} is not valid JSON: {exc}")
+
+
+def _read_jsonl(path: Path, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[SourceRow]:
+    for number, line in _jsonl_lines(path, max_line_bytes):
+        if (row := jsonl_row(number, line)) is not None:
+            yield row
 
 
 # --- JSON array -------------------------------------------------------------------------------

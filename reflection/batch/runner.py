@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reflection.batch._output import OutputFile, judge_failed
-from reflection.batch._workers import Line, reflect_in_processes, use_processes
-from reflection.batch.inputs import SourceRow, check_input, count_rows, detect_format, read_source
+from reflection.batch._workers import (Line, Reflected, line_of, reflect_in_processes, reflect_lines_in_processes,
+                                       use_processes)
+from reflection.batch.inputs import SourceRow, check_input, count_rows, detect_format, jsonl_lines, read_source
 from reflection.config import ReflectionConfig
 from reflection.pipeline import Reflector
 from reflection.rows import InputRow, RowError, error_row, read_row, result_row, row_id
@@ -88,9 +89,9 @@ class _Ids:
         self.stats = stats
         self.seen: set[str] = set()
 
-    def name(self, source: SourceRow) -> tuple[str, str | None]:
-        """The row's output id, and the id it duplicates (None when it is the first)."""
-        rid = row_id(source.raw, source.position)
+    def name(self, rid: str) -> tuple[str, str | None]:
+        """The output id of the next row, whose own id (`row_id`) is `rid`, and the id it
+        duplicates (None when it is the first)."""
         duplicate_of = None
         if rid in self.seen:
             k = 2
@@ -100,22 +101,33 @@ class _Ids:
         self.seen.add(rid)
         return rid, duplicate_of
 
-    def prepare(self, source: SourceRow) -> InputRow | dict[str, Any] | None:
-        """An `InputRow` to reflect, an error row to write, or None (already in the output)."""
-        rid, duplicate_of = self.name(source)
+    def settle(self, rid: str, position: int) -> str | dict[str, Any] | None:
+        """What becomes of the next row, whose own id is `rid`: None (already in the output), an
+        error row (its id is a duplicate), or `rid` (the row is to be reflected)."""
+        rid, duplicate_of = self.name(rid)
         if rid in self.skip_ids:
             self.stats.skipped += 1
             return None
         if duplicate_of is not None:
             self.stats.duplicates += 1
             return error_row(rid, f"duplicate id {duplicate_of!r}: an earlier input row has it, so this row "
-                                  f"(input position {source.position}) was not reflected; give every row a unique id")
-        if source.error is not None:
-            return error_row(rid, source.error)
-        try:
-            return read_row(source.raw, source.position)
-        except RowError as exc:
-            return error_row(rid, str(exc))
+                                  f"(input position {position}) was not reflected; give every row a unique id")
+        return rid
+
+    def prepare(self, source: SourceRow) -> InputRow | dict[str, Any] | None:
+        """An `InputRow` to reflect, an error row to write, or None (already in the output)."""
+        rid = self.settle(row_id(source.raw, source.position), source.position)
+        return _item_of(source, rid) if isinstance(rid, str) else rid
+
+
+def _item_of(source: SourceRow, rid: str) -> InputRow | dict[str, Any]:
+    """The `InputRow` to reflect for a source row whose output id is `rid`, or its error row."""
+    if source.error is not None:
+        return error_row(rid, source.error)
+    try:
+        return read_row(source.raw, source.position)
+    except RowError as exc:
+        return error_row(rid, str(exc))
 
 
 def _prepare(rows: Iterable[SourceRow], skip_ids: Container[str], stats: BatchStats) -> Iterator[InputRow | dict[str, Any]]:
@@ -306,8 +318,34 @@ def static_lines(input: Path, config: ReflectionConfig, *, workers: int, flat: b
                  format: str | None = None) -> AsyncIterator[Line]:
     """What `reflection check` writes for a file when `use_processes` says so: each output row's
     summary and line, in input order, with the id rules of `reflect_dataset`."""
-    items = _prepare(read_source(input, format, max_line_bytes=config.max_line_bytes), frozenset(), BatchStats())
-    return reflect_in_processes(items, config, workers=workers, flat=flat)
+    return _lines_in_processes(input, format or detect_format(input), config, workers=workers, flat=flat,
+                               skip_ids=frozenset(), stats=BatchStats())
+
+
+def _lines_in_processes(input: Path, fmt: str, config: ReflectionConfig, *, workers: int, flat: bool,
+                        skip_ids: Container[str], stats: BatchStats) -> AsyncIterator[Line]:
+    """The output lines of `input`'s rows not in `skip_ids`, reflected in `workers` processes, in
+    input order. JSON Lines go to the workers unparsed; other formats are prepared here."""
+    if fmt != "jsonl":
+        items = _prepare(read_source(input, fmt, max_line_bytes=config.max_line_bytes), skip_ids, stats)
+        return reflect_in_processes(items, config, workers=workers, flat=flat)
+    rows = reflect_lines_in_processes(jsonl_lines(input, config.max_line_bytes), config, workers=workers, flat=flat,
+                                      skip_ids=skip_ids)
+    return _settled(rows, _Ids(skip_ids, stats))
+
+
+async def _settled(rows: AsyncIterator[Reflected], ids: _Ids) -> AsyncIterator[Line]:
+    """The workers' rows with the id rules applied in input order: resumed rows dropped, a
+    duplicate's line replaced by its error row."""
+    async with contextlib.aclosing(rows):
+        async for position, rid, verdict, line in rows:
+            outcome = ids.settle(rid, position)
+            if isinstance(outcome, dict):
+                yield line_of(outcome)
+            elif outcome is not None:
+                if line is None:  # the worker skips only ids the rules drop or rename
+                    raise RuntimeError(f"row {rid!r} at line {position} was not reflected")
+                yield verdict if isinstance(verdict, dict) else {"id": rid, "overall_valid": verdict}, line
 
 
 def _input_ids(input: Path, fmt: str, wanted: Container[str]) -> set[str]:
@@ -315,7 +353,7 @@ def _input_ids(input: Path, fmt: str, wanted: Container[str]) -> set[str]:
     ids = _Ids(frozenset(), BatchStats())
     found = set()
     for source in read_source(input, fmt):
-        rid, _ = ids.name(source)
+        rid, _ = ids.name(row_id(source.raw, source.position))
         if rid in wanted:
             found.add(rid)
     return found
@@ -372,18 +410,21 @@ async def run_batch(
         progress.start(None if total is None else max(0, total - len(done)), len(done))
         judge_cache = _sqlite_cache(cache_path or default_cache_path(output)) if cache and config.judge else None
         try:
-            async with _reflector_for(config, None, limit, judge_cache, http_client) as reflector:
-                items = _prepare(read_source(input, fmt, max_line_bytes=config.max_line_bytes), done, stats)
-                if use_processes(input, config, workers):  # static-only: the workers take every row
-                    async for summary, line in reflect_in_processes(items, config, workers=workers, flat=flat):
+            if use_processes(input, config, workers):  # static-only: the workers take every row
+                lines = _lines_in_processes(input, fmt, config, workers=workers, flat=flat, skip_ids=done, stats=stats)
+                async with contextlib.aclosing(lines):
+                    async for summary, line in lines:
                         out.write_line(line)
                         stats.written += 1
                         progress.row(summary)
-                async for row in _reflect_rows(items, reflector, limit * _WINDOW_FACTOR, flat):
-                    out.write(row)
-                    stats.written += 1
-                    stats.judge_requests += int((row.get("usage") or {}).get("requests") or 0)
-                    progress.row(row)
+            else:
+                async with _reflector_for(config, None, limit, judge_cache, http_client) as reflector:
+                    items = _prepare(read_source(input, fmt, max_line_bytes=config.max_line_bytes), done, stats)
+                    async for row in _reflect_rows(items, reflector, limit * _WINDOW_FACTOR, flat):
+                        out.write(row)
+                        stats.written += 1
+                        stats.judge_requests += int((row.get("usage") or {}).get("requests") or 0)
+                        progress.row(row)
         finally:
             progress.finish()
             if judge_cache is not None:
