@@ -283,6 +283,19 @@ class BackgroundServer:
         if not self._ready.wait(10):
             raise RuntimeError(f"the {self._thread_name} did not start within 10 s")
 
+    def run_in_foreground(self) -> None:
+        """Serve in this thread until the server stops itself, printing the base URL on
+        stdout once the port is bound (the command-line entry points)."""
+
+        async def run() -> None:
+            task = asyncio.create_task(self.serve())
+            while not self._ready.is_set():
+                await asyncio.sleep(0.01)
+            print(self.base_url, flush=True)
+            await task
+
+        asyncio.run(run())
+
     async def serve(self) -> None:
         raise NotImplementedError
 

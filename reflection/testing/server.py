@@ -343,14 +343,7 @@ def main(argv: list[str] | None = None) -> None:
     server = (FaultyStandInJudge(transport_fault=args.transport_fault, status=args.status, **options)
               if args.transport_fault else StandInJudge(**options))
 
-    async def run() -> None:
-        task = asyncio.create_task(server.serve())
-        while not server._ready.is_set():  # noqa: SLF001 - own object
-            await asyncio.sleep(0.01)
-        print(server.base_url, flush=True)
-        await task
-
-    asyncio.run(run())
+    server.run_in_foreground()
     print(f"served {server.requests} requests", file=sys.stderr)
 
 

@@ -224,14 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     server = StandInModel(script, latency=args.latency, chunk_delay=args.chunk_delay,
                           idle_timeout=args.idle_timeout, port=args.port)
 
-    async def run() -> None:
-        task = asyncio.create_task(server.serve())
-        while not server._ready.is_set():  # noqa: SLF001 - own object
-            await asyncio.sleep(0.01)
-        print(server.base_url, flush=True)
-        await task
-
-    asyncio.run(run())
+    server.run_in_foreground()
     print(f"served {len(server.requests)} requests", file=sys.stderr)
 
 
