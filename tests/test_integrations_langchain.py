@@ -14,13 +14,9 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from reflection import Gate, GatePolicy, ReflectionConfig
 from reflection.integrations import EscalationRequired
 from reflection.integrations.langchain import ReflectionMiddleware, reflection_tool_node
-from reflection.testing import FakeJudge, check_reply
+from reflection.testing import FakeJudge
+from refund_agent import FAIL_HALLUCINATION, QUESTION, refund_tools
 
-QUESTION = "Order ORD-1042 arrived broken, please refund the 49.90 I paid."
-FAIL_HALLUCINATION = {name: check_reply(5) for name in (
-    "general_value_format_alignment", "function_selection_appropriateness", "agentic_constraints_satisfaction")}
-FAIL_HALLUCINATION["general_hallucination_check"] = check_reply(
-    1, explanation="order ORD-999 appears nowhere; the user gave ORD-1042", evidence=["Order ORD-1042"])
 
 
 class ScriptedChatModel(FakeMessagesListChatModel):
@@ -44,23 +40,7 @@ def calls(*steps: tuple[str, dict, str] | str) -> list[AIMessage]:
 
 
 def make_tools(refunds: list) -> list:
-    @tool
-    def refund_order(order_id: str, amount: float) -> str:
-        """Refund an order.
-
-        Args:
-            order_id: Order id, e.g. ORD-1042.
-            amount: Amount in the order's currency.
-        """
-        refunds.append({"order_id": order_id, "amount": amount})
-        return f"refunded {amount} on {order_id}"
-
-    @tool
-    def get_order(order_id: str) -> str:
-        """Look up an order by id."""
-        return "{}"
-
-    return [refund_order, get_order]
+    return [tool(fn) for fn in refund_tools(refunds)]
 
 
 def tool_results(state: dict) -> dict[str, ToolMessage]:

@@ -9,40 +9,19 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from reflection import Gate, GatePolicy, ReflectionConfig
 from reflection.integrations.openai_agents import guard_tools, reflection_guardrail
-from reflection.testing import FakeJudge, check_reply
+from reflection.testing import FakeJudge
+from refund_agent import FAIL_HALLUCINATION, INSTRUCTIONS, QUESTION, refund_tools
 
 set_tracing_disabled(True)  # the SDK would otherwise try to export traces over the network
 
-INSTRUCTIONS = "You handle refunds. Today is 2026-03-10."
-QUESTION = "Order ORD-1042 arrived broken, please refund the 49.90 I paid."
-FAIL_HALLUCINATION = {name: check_reply(5) for name in (
-    "general_value_format_alignment", "function_selection_appropriateness", "agentic_constraints_satisfaction")}
-FAIL_HALLUCINATION["general_hallucination_check"] = check_reply(
-    1, explanation="order ORD-999 appears nowhere; the user gave ORD-1042", evidence=["Order ORD-1042"])
 
 
 def build(gate: Gate, steps: list) -> tuple[Agent, ScriptedModel, list[dict]]:
     refunds: list[dict] = []
 
-    @function_tool
-    def refund_order(order_id: str, amount: float) -> str:
-        """Refund an order.
-
-        Args:
-            order_id: Order id, e.g. ORD-1042.
-            amount: Amount in the order's currency.
-        """
-        refunds.append({"order_id": order_id, "amount": amount})
-        return f"refunded {amount} on {order_id}"
-
-    @function_tool
-    def get_order(order_id: str) -> str:
-        """Look up an order by id."""
-        return "{}"
-
     model = ScriptedModel(steps)
     agent = Agent(name="support", instructions=INSTRUCTIONS, model=model,
-                  tools=guard_tools([refund_order, get_order], gate))
+                  tools=guard_tools([function_tool(fn) for fn in refund_tools(refunds)], gate))
     return agent, model, refunds
 
 

@@ -9,14 +9,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from reflection import Gate, GatePolicy, ReflectionConfig
 from reflection.integrations.pydantic_ai import ReflectionCapability
-from reflection.testing import FakeJudge, check_reply
+from reflection.testing import FakeJudge
+from refund_agent import FAIL_HALLUCINATION, INSTRUCTIONS, QUESTION, refund_tools
 
-INSTRUCTIONS = "You handle refunds. Today is 2026-03-10."
-QUESTION = "Order ORD-1042 arrived broken, please refund the 49.90 I paid."
-FAIL_HALLUCINATION = {name: check_reply(5) for name in (
-    "general_value_format_alignment", "function_selection_appropriateness", "agentic_constraints_satisfaction")}
-FAIL_HALLUCINATION["general_hallucination_check"] = check_reply(
-    1, explanation="order ORD-999 appears nowhere; the user gave ORD-1042", evidence=["Order ORD-1042"])
 
 
 def scripted(*steps: tuple[str, dict, str] | str) -> tuple[FunctionModel, list[list[ModelMessage]]]:
@@ -37,22 +32,8 @@ def build(gate: Gate, model: FunctionModel, **kwargs) -> tuple[Agent, list[dict]
     refunds: list[dict] = []
     agent = Agent(model, instructions=INSTRUCTIONS, capabilities=[ReflectionCapability(gate)], **kwargs)
 
-    @agent.tool_plain
-    def refund_order(order_id: str, amount: float) -> str:
-        """Refund an order.
-
-        Args:
-            order_id: Order id, e.g. ORD-1042.
-            amount: Amount in the order's currency.
-        """
-        refunds.append({"order_id": order_id, "amount": amount})
-        return f"refunded {amount} on {order_id}"
-
-    @agent.tool_plain
-    def get_order(order_id: str) -> str:
-        """Look up an order by id."""
-        return "{}"
-
+    for fn in refund_tools(refunds):
+        agent.tool_plain(fn)
     return agent, refunds
 
 
