@@ -13,7 +13,7 @@ from reflection._cli_common import open_text_output, refuse_input_as_output, use
 from reflection._json import dumps
 from reflection._log import warnings_to_stderr
 from reflection.batch._cli import WORKERS_HELP, batch, report
-from reflection.batch._workers import default_workers, use_processes
+from reflection.batch._workers import default_workers
 from reflection.batch.inputs import check_input
 from reflection.batch.runner import reflect_dataset, static_lines
 from reflection.config import ReflectionConfig, load_config
@@ -53,9 +53,8 @@ def check(
         reason = "--static-only" if static_only else "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
         typer.echo(f"judge skipped: {reason}; running static checks and grounding only", err=True)
     try:  # a judge that cannot answer at all (JudgeFatalError) stops the run: a user error
-        processes = workers or default_workers()
-        if use_processes(input, cfg, processes):
-            counts = anyio.run(_write_lines, static_lines(input, cfg, workers=processes, flat=flat), out)
+        if cfg.judge is None:
+            counts = anyio.run(_write_lines, static_lines(input, cfg, workers=workers or default_workers(), flat=flat), out)
         else:
             counts = anyio.run(_check_file, input, out, cfg, concurrency, flat)
     finally:

@@ -14,7 +14,7 @@ from functools import lru_cache
 from itertools import islice
 from typing import Any
 
-from reflection.model import History, ToolCall, ToolSpec, ValueGrounding, ValueSource, _trusted
+from reflection.model import History, ToolCall, ToolSpec, ValueGrounding, ValueSource, _trusted, _trusted_from
 
 __all__ = ["ground_call"]
 
@@ -25,23 +25,37 @@ _MAX_VALUES = 64  # bound the work on huge argument objects
 def ground_call(call: ToolCall, history: History, spec: ToolSpec | None) -> tuple[ValueGrounding, ...]:
     """Provenance of every leaf argument value of `call` (in argument order, the first
     `_MAX_VALUES`)."""
+    return _groundings(_ground_data(call, history, spec))
+
+
+def _groundings(data: list[dict[str, Any]]) -> tuple[ValueGrounding, ...]:
+    """The models of `_ground_data`'s plain data (the Python API's sink)."""
+    # Every field of the data is already the exact type validation returns: no re-validation.
+    return tuple(_trusted(ValueGrounding, path=item["path"], value=item["value"],
+                          sources=tuple(_trusted_from(ValueSource, source) for source in item["sources"]))
+                 for item in data)
+
+
+def _ground_data(call: ToolCall, history: History, spec: ToolSpec | None) -> list[dict[str, Any]]:
+    """`ground_call` as plain data, the core both sinks share: per value, `ValueGrounding`'s
+    fields in order as `model_dump(mode="json")` gives them (`grounded` included), each
+    source `ValueSource`'s. The CLI writes it as it is; `ground_call` builds the models."""
     if not call.arguments:
-        return ()
+        return []
     leaves = list(islice(_leaves(call.arguments), _MAX_VALUES))
     conversation = _Conversation(history)
     enums: dict[int, frozenset[Any]] = {}
     out = []
     for path, value, schema_path in leaves:
-        sources: list[ValueSource] = []
+        sources: list[dict[str, Any]] = []
         for needle in _needles(value):
             sources = conversation.sources(needle)
             if sources:
                 break
         if spec is not None:
             sources.extend(_spec_sources(spec.parameters, schema_path, value, enums))
-        # Built without re-validation: every field is already the exact type validation returns.
-        out.append(_trusted(ValueGrounding, path=path, value=value, sources=tuple(sources)))
-    return tuple(out)
+        out.append({"path": path, "value": value, "sources": sources, "grounded": bool(sources)})
+    return out
 
 
 def _leaves(arguments: dict[str, Any]) -> Iterator[tuple[str, Any, tuple[str, ...]]]:
@@ -97,11 +111,11 @@ class _Conversation:
             counters[kind] += 1
         self.text = "\n".join(texts)
 
-    def sources(self, needle: str) -> list[ValueSource]:
+    def sources(self, needle: str) -> list[dict[str, Any]]:
         """One source per message holding `needle` (its first occurrence there), in order."""
         text = self.text
         bounded = needle[0].isalnum() and needle[-1].isalnum()
-        out: list[ValueSource] = []
+        out: list[dict[str, Any]] = []
         position = 0
         misses = 0
         while True:
@@ -120,8 +134,8 @@ class _Conversation:
             lo = self.starts[number]
             hi = self.starts[number + 1] - 1 if number + 1 < len(self.starts) else len(text)
             kind, index, message_index = self.messages[number]
-            out.append(_trusted(ValueSource, kind=kind, index=index, message_index=message_index,
-                                quote=_quote(text, lo, hi, start, start + len(needle))))
+            out.append({"kind": kind, "index": index, "message_index": message_index,
+                        "quote": _quote(text, lo, hi, start, start + len(needle))})
             position = hi + 1  # on to the next message
 
 
@@ -160,7 +174,7 @@ def _quote(text: str, lo: int, hi: int, start: int, end: int) -> str:
 
 
 def _spec_sources(schema: dict[str, Any], schema_path: tuple[str, ...], value: Any,
-                  enums: dict[int, frozenset[Any]]) -> list[ValueSource]:
+                  enums: dict[int, frozenset[Any]]) -> list[dict[str, Any]]:
     """Where the spec names `value`: as the default or an enum member (`enums` caches each
     enum's members by the list's identity, for the other values of the same call)."""
     node: Any = schema
@@ -172,14 +186,14 @@ def _spec_sources(schema: dict[str, Any], schema_path: tuple[str, ...], value: A
         return []
     out = []
     if "default" in node and _same(node["default"], value):
-        out.append(_trusted(ValueSource, kind="default", quote=f"default: {node['default']!r}"))
+        out.append({"kind": "default", "index": None, "message_index": None, "quote": f"default: {node['default']!r}"})
     enum = node.get("enum")
     if isinstance(enum, list):
         members = enums.get(id(enum))
         if members is None:
             members = enums[id(enum)] = frozenset(_key(m) for m in enum if isinstance(m, _SCALARS))
         if isinstance(value, _SCALARS) and _key(value) in members:
-            out.append(_trusted(ValueSource, kind="enum", quote=f"enum member {value!r}"))
+            out.append({"kind": "enum", "index": None, "message_index": None, "quote": f"enum member {value!r}"})
     return out
 
 

@@ -12,9 +12,9 @@ import sniffio
 from reflection import telemetry
 from reflection.config import ReflectionConfig
 from reflection.formats import normalize_calls, normalize_history, normalize_tools
-from reflection.grounding import ground_call
+from reflection.grounding import _ground_data, _groundings
 from reflection.model import History, ReflectionResult, ToolCall, ToolInventory
-from reflection.static import check_call
+from reflection.static import _check_data, _prepare, _static_result
 from reflection.verdict import judge_check, overall_valid
 
 if TYPE_CHECKING:  # the judge (httpx, tenacity, openai) loads only when a reflector has one
@@ -139,10 +139,9 @@ class Reflector:
     def _static_stage(self, call: ToolCall, inventory: ToolInventory, history: History) -> dict[str, Any]:
         """The judge-free part of a reflection: static checks, grounding and warnings, as
         `ReflectionResult` fields (the gate decides on them whether to ask the judge)."""
-        static = check_call(call, inventory)
-        grounding = ground_call(call, history, inventory.get(call.name)) if call.error is None else ()
-        warnings = tuple(static.warnings) + tuple(history.problems)
-        return {"call": call, "static": static, "grounding": grounding, "warnings": warnings}
+        base = _static_data(call, inventory, history)
+        return {"call": call, "static": _static_result(base["static"]), "grounding": _groundings(base["grounding"]),
+                "warnings": base["warnings"]}
 
     async def _semantic_stage(
         self, base: dict[str, Any], inventory: ToolInventory, history: History, siblings: tuple[ToolCall, ...]
@@ -167,6 +166,46 @@ class Reflector:
             for name, reply in replies.items()
         }
         return ReflectionResult(**base, semantic=semantic, usage=usage, overall_valid=overall_valid(base["static"], semantic))
+
+
+def _static_data(call: ToolCall, inventory: ToolInventory, history: History, grounding: bool = True) -> dict[str, Any]:
+    """Static checks, grounding and warnings of one normalised call as plain data (`call`,
+    `static`: `static._check_data`, `grounding`: `grounding._ground_data`, `warnings`): the
+    core both the models (`Reflector`) and the CLI's rows (`_reflect_plain`) are built from."""
+    prepared = _prepare(inventory)
+    static = _check_data(call, prepared)
+    grounded: list[dict[str, Any]] = []
+    if grounding and call.error is None:
+        tool = prepared.tools.get(call.name)
+        grounded = _ground_data(call, history, tool[0] if tool is not None else None)
+    return {"call": call, "static": static, "grounding": grounded, "warnings": static["warnings"] + history.problems}
+
+
+_NO_SEMANTIC: dict[str, Any] = {}
+_ZERO_USAGE = ReflectionResult.model_fields["usage"].default.model_dump()
+
+
+def _reflect_plain(call: Any, tools: Any, history: Any = None, *, grounding: bool = True) -> Any:
+    """What `Reflector().reflect(call, tools, history)` returns with no judge, as plain data:
+    each result as `ReflectionResult.model_dump(mode="json")` would give it, except that
+    calls stay `ToolCall` objects and constant parts are shared (data to serialise, never to
+    mutate; see `rows.plain_row`). One dict for one call, a list for several. Without
+    `grounding`, the grounding is left empty and the history is not read (flat rows need
+    neither). Raises as `Reflector.reflect` does for data the normalisers refuse."""
+    calls = normalize_calls(call)
+    inventory = normalize_tools(tools)
+    conversation = normalize_history(history) if grounding else _NO_HISTORY
+    parallel = _is_parallel(call)
+    results = []
+    for one in calls if parallel else calls[:1]:
+        base = _static_data(one, inventory, conversation, grounding)
+        results.append({"call": one, "static": base["static"], "grounding": base["grounding"], "semantic": _NO_SEMANTIC,
+                        "judge_skipped": NO_JUDGE, "overall_valid": base["static"]["valid"], "usage": _ZERO_USAGE,
+                        "warnings": base["warnings"]})
+    return results if parallel else results[0]
+
+
+_NO_HISTORY = History()
 
 
 async def reflect(

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reflection._json import parse_json_keeping
-from reflection.model import JudgeUsage, ReflectionResult
+from reflection._json import dumps_line, parse_json_keeping
+from reflection.model import STATIC_CHECKS, JudgeUsage, ReflectionResult, ToolCall
 
-__all__ = ["InputRow", "RowError", "error_row", "parse_line", "read_row", "result_row"]
+__all__ = ["InputRow", "Line", "RowError", "error_row", "line_of", "parse_line", "plain_row", "read_row", "result_row"]
 
 _TEXT_MEMBERS = frozenset({"tools"})
 # Members too deep for the JSON parsers stay as text; their normaliser reports them (a failing
@@ -114,6 +114,51 @@ def result_row(rid: str, results: ReflectionResult | list[ReflectionResult], *, 
 
 _NO_USAGE = ReflectionResult.model_fields["usage"].default
 _ZERO_USAGE = _NO_USAGE.model_dump()
+_STATIC_KEYS = tuple((name, f"static_{name}") for name in STATIC_CHECKS)
+_ALL_PASS_FLAT = {key: 1.0 for _, key in _STATIC_KEYS}
+
+
+def plain_row(rid: str, results: dict[str, Any] | list[dict[str, Any]], *, latency_ms: float | None = None,
+              flat_only: bool = False) -> dict[str, Any]:
+    """`result_row` for the plain results of a static-only reflection (`pipeline._reflect_plain`),
+    the CLI's sink: the same row, to be written with `line_of` (it shares constant parts and
+    holds `ToolCall` objects), never handed to users."""
+    if isinstance(results, dict):  # the common case: one call, nothing to combine
+        items = [results]
+        verdict = results["overall_valid"]
+        checks = results["static"]["checks"]
+        flat = _ALL_PASS_FLAT if verdict else {key: 1.0 if checks[name]["passed"] else 0.0 for name, key in _STATIC_KEYS}
+    else:
+        items = results
+        flat = {key: min(1.0 if r["static"]["checks"][name]["passed"] else 0.0 for r in items)
+                for name, key in _STATIC_KEYS} if items else {}
+        verdict = _combine([r["overall_valid"] for r in items])
+    row: dict[str, Any] = {"id": rid, "overall_valid": verdict, **flat}
+    if flat_only:
+        return row
+    row["judge_skipped"] = items[0]["judge_skipped"] if items else None  # the same for every static-only result
+    row["warnings"] = sorted({w for r in items for w in r["warnings"]})
+    row["usage"] = _ZERO_USAGE
+    row["latency_ms"] = latency_ms
+    row["results"] = items
+    return row
+
+
+Line = tuple[dict[str, Any], bytes]
+"""An output row's summary (`id`, `overall_valid`, and `error` when present: what the counts
+and the progress display read) and its JSON line, newline included."""
+
+
+def line_of(row: dict[str, Any]) -> Line:
+    """A row (from `result_row`, `plain_row` or `error_row`) as it is written."""
+    return {key: row[key] for key in ("id", "overall_valid", "error") if key in row}, dumps_line(row, _call_fields)
+
+
+def _call_fields(value: Any) -> dict[str, Any]:
+    # A ToolCall's fields, as model_dump(mode="json") gives them for the JSON its reader takes.
+    if type(value) is ToolCall:
+        return value.__dict__
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def error_row(rid: str, message: str) -> dict[str, Any]:

@@ -59,6 +59,7 @@ from reflection.model import (
     ToolInventory,
     ToolSpec,
     _trusted,
+    _trusted_from,
 )
 
 __all__ = ["check_call", "check_calls", "set_cache_size"]
@@ -448,10 +449,10 @@ class _Issue:
     def path(self) -> str:
         return _path(self.segments)
 
-    def finding(self) -> Finding:
-        # Every value here is the checker's own (exact str, tuples): no validation needed.
-        return _trusted(Finding, check=self.check, path=self.path, message=self.message,
-                        expected=self.expected, actual=self.actual, keyword=self.keyword)
+    def finding(self) -> dict[str, Any]:
+        """The finding as plain data: `Finding`'s fields in order."""
+        return {"check": self.check, "path": self.path, "message": self.message, "expected": self.expected,
+                "actual": self.actual, "keyword": self.keyword}
 
 
 Failures = dict[str, list[_Issue]]
@@ -506,26 +507,53 @@ def _choices(options: list[Any] | tuple[Any, ...], limit: int = 10) -> str:
 
 
 def _check(call: ToolCall, prepared: _Prepared) -> StaticResult:
+    return _static_result(_check_data(call, prepared))
+
+
+_PASS_DATA: dict[str, Any] = {"passed": True, "findings": ()}
+_ALL_PASS_DATA: dict[str, dict[str, Any]] = {name: _PASS_DATA for name in STATIC_CHECKS}
+
+
+def _check_data(call: ToolCall, prepared: _Prepared) -> dict[str, Any]:
+    """The static result of `call` as plain data, the one core both sinks share: the fields
+    of `StaticResult` in order, as `model_dump(mode="json")` gives them, then `valid`; the
+    call and the correction stay `ToolCall`s, and passing checks share one constant.
+
+    The CLI writes it as it is (`rows.static_line`); `_static_result` builds the models
+    from it. Never mutated once returned."""
     failures, warnings = _evaluate(call, prepared)
-    checks = dict(_ALL_PASS)
-    # The result objects hold only the checker's own values (a validated call, fresh dicts,
-    # tuples of exact str): built without validation, identical to StaticResult(...).
     if not failures:
-        return _trusted(StaticResult, call=call, checks=checks, warnings=warnings)
+        return {"call": call, "checks": _ALL_PASS_DATA, "warnings": warnings, "correction": None,
+                "correction_notes": (), "valid": True}
     correction, notes = suggest_correction(call, failures, lambda c: _evaluate(c, prepared)[0])
+    checks = dict(_ALL_PASS_DATA)
     for name, issues in failures.items():
         findings = [issue.finding() for issue in issues[:MAX_FINDINGS]]
         if len(issues) > MAX_FINDINGS:
             findings.append(_omitted(name, len(issues) - MAX_FINDINGS))
-        checks[name] = _trusted(CheckResult, passed=False, findings=tuple(findings))
-    return _trusted(StaticResult, call=call, checks=checks, warnings=warnings, correction=correction,
-                    correction_notes=tuple(notes))
+        checks[name] = {"passed": False, "findings": findings}
+    return {"call": call, "checks": checks, "warnings": warnings, "correction": correction,
+            "correction_notes": tuple(notes), "valid": False}
 
 
-def _omitted(check: str, count: int) -> Finding:
-    return _trusted(Finding, check=check, path="$", message=f"{count} more {check} finding(s) not listed: a check "
-                    f"lists its first {MAX_FINDINGS}. Fix those and check again.", expected=None, actual=count,
-                    keyword=None)
+def _static_result(data: dict[str, Any]) -> StaticResult:
+    """The `StaticResult` of `_check_data`'s plain data (the Python API's sink)."""
+    checks = dict(_ALL_PASS)
+    # The data holds only the checker's own values (a validated call, exact str, tuples, fresh
+    # dicts): the models are built without validation, identical to StaticResult(...).
+    if data["valid"]:
+        return _trusted(StaticResult, call=data["call"], checks=checks, warnings=data["warnings"])
+    for name, check in data["checks"].items():
+        if check is not _PASS_DATA:
+            checks[name] = _trusted(CheckResult, passed=False,
+                                    findings=tuple(_trusted_from(Finding, f) for f in check["findings"]))
+    return _trusted(StaticResult, call=data["call"], checks=checks, warnings=data["warnings"],
+                    correction=data["correction"], correction_notes=data["correction_notes"])
+
+
+def _omitted(check: str, count: int) -> dict[str, Any]:
+    return {"check": check, "path": "$", "message": f"{count} more {check} finding(s) not listed: a check lists "
+            f"its first {MAX_FINDINGS}. Fix those and check again.", "expected": None, "actual": count, "keyword": None}
 
 
 def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str, ...]]:

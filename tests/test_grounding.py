@@ -86,7 +86,7 @@ def test_one_scan_over_the_conversation_finds_what_a_search_per_message_finds(te
         text = " ".join(message.content.split()).lower()
         quote = _reference_find(text, needle) if text else None
         if quote is not None:
-            expected.append(ValueSource(kind="user", index=index, message_index=index, quote=quote))
+            expected.append(ValueSource(kind="user", index=index, message_index=index, quote=quote).model_dump())
     assert _Conversation(history).sources(needle) == expected
 
 

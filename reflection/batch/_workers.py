@@ -2,8 +2,8 @@
 
 For JSON Lines input the parent only reads the lines (`inputs.jsonl_lines`) and sends them,
 unparsed, in contiguous chunks to a `ProcessPoolExecutor`; each worker parses its lines with
-the one-process path's code (`inputs.jsonl_row`, `rows.read_row`), reflects them (`_reflect_rows`
-on a static-only `Reflector`) and returns, per row, its line number, its own id (`rows.row_id`)
+the one-process path's code (`inputs.jsonl_row`, `rows.read_row`), reflects them as it does
+(`runner.static_line`) and returns, per row, its line number, its own id (`rows.row_id`)
 and its output line. The parent applies the id rules (resume skips, duplicate ids) to those
 ids in input order, as the one-process path does, and writes each worker's line, or the
 duplicate's error row in its place: parsing, the bulk of the parent's work otherwise, runs
@@ -24,7 +24,6 @@ its event loop can deliver a cancellation (Ctrl-C) while the workers run.
 
 from __future__ import annotations
 
-import asyncio
 import multiprocessing
 import os
 import signal
@@ -40,9 +39,8 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from reflection._json import dumps
 from reflection.config import ReflectionConfig
-from reflection.rows import InputRow, row_id
+from reflection.rows import InputRow, Line, row_id
 
 __all__ = ["MAX_DEFAULT_WORKERS", "MIN_INPUT_BYTES", "default_workers", "reflect_in_processes",
            "reflect_lines_in_processes", "use_processes"]
@@ -56,10 +54,6 @@ MIN_INPUT_BYTES = 1 << 20
 CHUNK_ROWS = 256
 """Rows per chunk sent to a worker: large enough to amortise the hand-over, small enough to
 keep every worker busy to the end."""
-
-Line = tuple[dict[str, Any], bytes]
-"""An output row's summary (`id`, `overall_valid`, and `error` when present: what the counts
-and the progress display read) and its JSON line, newline included."""
 
 Reflected = tuple[int, str, "bool | dict[str, Any] | None", "bytes | None"]
 """A JSON Lines row as a worker returns it: its line number, its own id (`rows.row_id`), its
@@ -85,37 +79,22 @@ def use_processes(path: Path, config: ReflectionConfig, workers: int) -> bool:
     return workers > 1 and config.judge is None and path.is_file() and path.stat().st_size >= MIN_INPUT_BYTES
 
 
-def _summary(row: dict[str, Any]) -> dict[str, Any]:
-    return {key: row[key] for key in ("id", "overall_valid", "error") if key in row}
-
-
-def line_of(row: dict[str, Any]) -> Line:
-    """A row as the parent writes it (used for rows that never reach a worker)."""
-    return _summary(row), (dumps(row) + "\n").encode()
-
-
 # --- in the worker ---------------------------------------------------------------------------
 
 _worker: dict[str, Any] = {}
 
 
-def _start_worker(config: ReflectionConfig, flat: bool, skip_ids: Container[str] = frozenset()) -> None:
-    from reflection.pipeline import Reflector
-
+def _start_worker(flat: bool, skip_ids: Container[str] = frozenset()) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     signal.set_wakeup_fd(-1)  # a forked worker must not write signals into the parent's event loop
-    _worker.update(reflector=Reflector(config.model_copy(update={"judge": None})), flat=flat,
-                   loop=asyncio.new_event_loop(), skip_ids=skip_ids)
-
-
-async def _reflect_items(items: list[InputRow | dict[str, Any]]) -> list[Line]:
-    from reflection.batch.runner import _reflect_rows
-
-    return [line_of(row) async for row in _reflect_rows(iter(items), _worker["reflector"], 1, _worker["flat"])]
+    _worker.update(flat=flat, skip_ids=skip_ids)
 
 
 def _reflect_chunk(items: list[InputRow | dict[str, Any]]) -> list[Line]:
-    return _worker["loop"].run_until_complete(_reflect_items(items))
+    from reflection.batch.runner import static_line
+
+    flat = _worker["flat"]
+    return [static_line(item, flat) for item in items]
 
 
 def _reflect_lines(lines: list[tuple[int, bytes | str]]) -> list[Reflected]:
@@ -209,7 +188,7 @@ async def _in_processes(
     pending: deque[Future[list[Any]]] = deque()
     # Forked workers share the parent's resumed ids; others get a copy, once.
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_start_worker,
-                               initargs=(config, flat, skip_ids))
+                               initargs=(flat, skip_ids))
     try:
         for chunk in chunks:
             pending.append(pool.submit(work, chunk))

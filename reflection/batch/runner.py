@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reflection.batch._output import OutputFile, judge_failed
-from reflection.batch._workers import (Line, Reflected, line_of, reflect_in_processes, reflect_lines_in_processes,
-                                       use_processes)
+from reflection.batch._workers import Reflected, reflect_in_processes, reflect_lines_in_processes, use_processes
 from reflection.batch.inputs import SourceRow, check_input, count_rows, detect_format, jsonl_lines, read_source
 from reflection.config import ReflectionConfig
-from reflection.pipeline import Reflector
-from reflection.rows import InputRow, RowError, error_row, read_row, result_row, row_id
+from reflection.pipeline import Reflector, _reflect_plain
+from reflection.rows import InputRow, Line, RowError, error_row, line_of, plain_row, read_row, result_row, row_id
 
 if TYPE_CHECKING:  # the judge, its SQLite cache and rich's progress load only when a run uses them
     from reflection._cache import SQLiteJudgeCache
@@ -154,12 +153,31 @@ async def _reflect_row(reflector: Reflector, row: InputRow, flat: bool = False) 
     started = time.perf_counter()
     try:
         result = await reflector.reflect(row.call, row.tools, row.history)
-    except RowError as exc:
-        return error_row(row.id, str(exc))
     except (TypeError, ValueError) as exc:
-        # Data the normalisers refuse outright; one bad row must not stop a million-row run.
-        return error_row(row.id, f"row {row.id}: cannot be reflected: {type(exc).__name__}: {exc}")
+        return _unreflectable(row.id, exc)
     return result_row(row.id, result, latency_ms=(time.perf_counter() - started) * 1000, flat_only=flat)
+
+
+def static_line(item: InputRow | dict[str, Any], flat: bool = False) -> Line:
+    """The output line of a prepared row (an error row is written as it is) with static checks
+    and grounding only: the row `_reflect_row` gives with no judge, byte for byte (latency
+    aside), built from plain data (`pipeline._reflect_plain`, `rows.plain_row`) without the
+    result models: what `reflection check` and `reflection batch` write when no judge runs."""
+    if isinstance(item, dict):
+        return line_of(item)
+    started = time.perf_counter()
+    try:
+        results = _reflect_plain(item.call, item.tools, item.history, grounding=not flat)
+    except (TypeError, ValueError) as exc:
+        return line_of(_unreflectable(item.id, exc))
+    return line_of(plain_row(item.id, results, latency_ms=(time.perf_counter() - started) * 1000, flat_only=flat))
+
+
+def _unreflectable(rid: str, exc: TypeError | ValueError) -> dict[str, Any]:
+    if isinstance(exc, RowError):
+        return error_row(rid, str(exc))
+    # Data the normalisers refuse outright; one bad row must not stop a million-row run.
+    return error_row(rid, f"row {rid}: cannot be reflected: {type(exc).__name__}: {exc}")
 
 
 async def _next(items: Iterator[Any] | AsyncIterator[Any]) -> Any:
@@ -316,22 +334,31 @@ async def reflect_dataset(
 
 def static_lines(input: Path, config: ReflectionConfig, *, workers: int, flat: bool = False,
                  format: str | None = None) -> AsyncIterator[Line]:
-    """What `reflection check` writes for a file when `use_processes` says so: each output row's
+    """What `reflection check` writes for a file when no judge is configured: each output row's
     summary and line, in input order, with the id rules of `reflect_dataset`."""
-    return _lines_in_processes(input, format or detect_format(input), config, workers=workers, flat=flat,
-                               skip_ids=frozenset(), stats=BatchStats())
+    return _static_lines(input, format or detect_format(input), config, workers=workers, flat=flat,
+                         skip_ids=frozenset(), stats=BatchStats())
 
 
-def _lines_in_processes(input: Path, fmt: str, config: ReflectionConfig, *, workers: int, flat: bool,
-                        skip_ids: Container[str], stats: BatchStats) -> AsyncIterator[Line]:
-    """The output lines of `input`'s rows not in `skip_ids`, reflected in `workers` processes, in
-    input order. JSON Lines go to the workers unparsed; other formats are prepared here."""
+def _static_lines(input: Path, fmt: str, config: ReflectionConfig, *, workers: int, flat: bool,
+                  skip_ids: Container[str], stats: BatchStats) -> AsyncIterator[Line]:
+    """The output lines of `input`'s rows not in `skip_ids`, static checks and grounding only, in
+    input order: in `workers` processes when `use_processes` says so (JSON Lines go to them
+    unparsed; other formats are prepared here), else in this one."""
+    if not use_processes(input, config, workers):
+        items = _prepare(read_source(input, fmt, max_line_bytes=config.max_line_bytes), skip_ids, stats)
+        return _in_process(items, flat)
     if fmt != "jsonl":
         items = _prepare(read_source(input, fmt, max_line_bytes=config.max_line_bytes), skip_ids, stats)
         return reflect_in_processes(items, config, workers=workers, flat=flat)
     rows = reflect_lines_in_processes(jsonl_lines(input, config.max_line_bytes), config, workers=workers, flat=flat,
                                       skip_ids=skip_ids)
     return _settled(rows, _Ids(skip_ids, stats))
+
+
+async def _in_process(items: Iterable[InputRow | dict[str, Any]], flat: bool) -> AsyncIterator[Line]:
+    for item in items:
+        yield static_line(item, flat)
 
 
 async def _settled(rows: AsyncIterator[Reflected], ids: _Ids) -> AsyncIterator[Line]:
@@ -410,8 +437,8 @@ async def run_batch(
         progress.start(None if total is None else max(0, total - len(done)), len(done))
         judge_cache = _sqlite_cache(cache_path or default_cache_path(output)) if cache and config.judge else None
         try:
-            if use_processes(input, config, workers):  # static-only: the workers take every row
-                lines = _lines_in_processes(input, fmt, config, workers=workers, flat=flat, skip_ids=done, stats=stats)
+            if config.judge is None:
+                lines = _static_lines(input, fmt, config, workers=workers, flat=flat, skip_ids=done, stats=stats)
                 async with contextlib.aclosing(lines):
                     async for summary, line in lines:
                         out.write_line(line)
