@@ -8,6 +8,7 @@ JSON-like at all (API misuse) raise `TypeError`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from reflection._json import (
@@ -481,13 +482,16 @@ def normalize_history(raw: Any) -> History:
             return History(problems=(f"the history was skipped: {exc}",))
         except ValueError as exc:
             return History(problems=(f"the history is not valid JSON and was skipped: {printable(str(exc))}",))
-    sound = require_json_like(raw, "history") & SOUND
+    shape = require_json_like(raw, "history")
+    sound = shape & SOUND
+    # Messages read from plain JSON (exact types, see PLAIN) hold what validation would return.
+    build: Callable[..., Message] = _plain_message if shape & PLAIN else Message
     if raw is None:
         return History()
     if isinstance(raw, str):
         if not sound:
             return History(problems=("the history was skipped: it is not valid Unicode text (it has a lone surrogate)",))
-        return History(messages=(Message(role="user", content=raw),))
+        return History(messages=(build(role="user", content=raw),))
     items = raw if isinstance(raw, (list, tuple)) else [raw]
     messages: list[Message] = []
     problems: list[str] = []
@@ -500,7 +504,7 @@ def normalize_history(raw: Any) -> History:
         if problem is not None:
             problems.append(f"history message #{index} was skipped: {problem}")
             continue
-        converted = _read_message(item, index, tool_names)
+        converted = _read_message(item, index, tool_names, build)
         if isinstance(converted, str):
             problems.append(converted)
             continue
@@ -509,7 +513,11 @@ def normalize_history(raw: Any) -> History:
                 if call.id:
                     tool_names[call.id] = call.name
             messages.append(message)
-    return History(messages=tuple(messages), problems=tuple(problems))
+    return _trusted_from(History, {"messages": tuple(messages), "problems": tuple(problems)})
+
+
+def _plain_message(**fields: Any) -> Message:
+    return _trusted_from(Message, fields)
 
 
 def _message_problem(message: Message) -> str | None:
@@ -525,9 +533,10 @@ def _message_problem(message: Message) -> str | None:
     return None
 
 
-def _read_message(item: Any, index: int, tool_names: dict[str, str]) -> list[Message] | str:
+def _read_message(item: Any, index: int, tool_names: dict[str, str],
+                  build: Callable[..., Message]) -> list[Message] | str:
     if isinstance(item, str):
-        return [Message(role="user", content=item)]
+        return [build(role="user", content=item)]
     if not isinstance(item, dict):
         return f"history message #{index} must be an object or a string, got {_kind(item)}; it was skipped"
     role = _ROLES.get(str(item.get("role", "")).lower())
@@ -551,7 +560,7 @@ def _read_message(item: Any, index: int, tool_names: dict[str, str]) -> list[Mes
                 calls.append(normalize_call(block))
             elif block.get("type") == "tool_result":
                 use_id = block.get("tool_use_id") if isinstance(block.get("tool_use_id"), str) else None
-                results.append(Message(role="tool", content=_block_text(block.get("content")), tool_call_id=use_id,
+                results.append(build(role="tool", content=_block_text(block.get("content")), tool_call_id=use_id,
                                        name=tool_names.get(use_id or "")))
     elif content is not None:
         texts.append(str(content) if not isinstance(content, (dict, list)) else _block_text(content))
@@ -561,7 +570,7 @@ def _read_message(item: Any, index: int, tool_names: dict[str, str]) -> list[Mes
     name = item.get("name") if isinstance(item.get("name"), str) else tool_names.get(tool_call_id or "")
     out: list[Message] = list(results)
     if texts or calls or not results:
-        out.append(Message(role=role, content="\n".join(texts), tool_calls=tuple(calls),  # type: ignore[arg-type]
+        out.append(build(role=role, content="\n".join(texts), tool_calls=tuple(calls),
                            tool_call_id=tool_call_id if role == "tool" else None,
                            name=name if role == "tool" else None))
     return out
