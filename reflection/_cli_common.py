@@ -80,4 +80,7 @@ def open_text_output(path: Path) -> Any:
     if path.is_dir():
         raise IsADirectoryError(21, "is a directory; give a file name for the output", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    return path.open("w", encoding="utf-8")
+    return path.open("w", encoding="utf-8", buffering=_OUTPUT_BUFFER)
+
+
+_OUTPUT_BUFFER = 1 << 20  # rows of several KB each: one system call per MiB, not one per row or two

@@ -1,8 +1,9 @@
 """The output file: append-only JSON Lines that survive a crash and can be resumed.
 
-Each row is appended as one complete line by one unbuffered `os.write` (looping only on a
-short write), so a kill -9 loses at most the rows still in flight and can only leave the
-last line partial: a last line without a newline. On open, that partial line is cut off and
+Rows are appended as complete lines, up to `WRITE_BUFFER` bytes of them per `os.write`
+(looping only on a short write), so a kill -9 loses at most the rows still in flight or
+buffered (a rerun reflects them again) and can only leave the last line partial: a last
+line without a newline. On open, that partial line is cut off and
 the ids already written are read back, so a rerun skips them. A file with any complete line
 that is not a result row was not written by us and is refused, never changed. The file is
 fsynced every `fsync_rows` rows or `fsync_seconds` seconds, and on close, which bounds what a
@@ -106,6 +107,10 @@ def judge_failed(row: dict[str, Any]) -> bool:
                for check in (result.get("semantic") or {}).values())
 
 
+WRITE_BUFFER = 1 << 18
+"""Bytes of rows gathered before they are written (they are also written at every fsync)."""
+
+
 class OutputFile:
     """An output JSON Lines file opened for appending, with the ids it already holds."""
 
@@ -122,6 +127,8 @@ class OutputFile:
         """Bytes of a partial last line removed on open (a previous run was killed mid-write)."""
         self.written = 0
         self._fd: int | None = None
+        self._buffer: list[bytes] = []
+        self._buffered = 0
         self._unsynced = 0
         self._last_sync = time.monotonic()
 
@@ -225,19 +232,32 @@ class OutputFile:
         processes of `--workers` serialise rows themselves)."""
         if self._fd is None:
             raise RuntimeError("OutputFile.write_line before open()")
-        view = memoryview(data)
-        while view:
-            done = os.write(self._fd, view)
-            view = view[done:]
+        self._buffer.append(data)
+        self._buffered += len(data)
+        if self._buffered >= WRITE_BUFFER:
+            self._flush()
         self.written += 1
         self._unsynced += 1
         if self._unsynced >= self.fsync_rows or time.monotonic() - self._last_sync >= self.fsync_seconds:
             self.sync()
 
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        assert self._fd is not None
+        view = memoryview(b"".join(self._buffer))
+        self._buffer.clear()
+        self._buffered = 0
+        while view:
+            done = os.write(self._fd, view)
+            view = view[done:]
+
     def sync(self) -> None:
-        """fsync what was written so far."""
-        if self._fd is not None and self._unsynced:
-            os.fsync(self._fd)
+        """Write the buffered rows and fsync what was written so far."""
+        if self._fd is not None:
+            self._flush()
+            if self._unsynced:
+                os.fsync(self._fd)
         self._unsynced = 0
         self._last_sync = time.monotonic()
 
