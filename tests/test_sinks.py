@@ -1,0 +1,272 @@
+"""Every static-only output path writes the same bytes for the same input (issue 15, item 1).
+
+The Python API (`reflect_dataset`, each row written as `dumps(row) + "\\n"`), `reflection check
+--static-only` and `reflection batch --static-only`, each with one worker and with two (worker
+processes: inputs of at least `MIN_INPUT_BYTES`), full and `--flat`, must write identical lines
+in input order, `latency_ms` (the row's own) aside. The inputs are generated corpora
+(`tests/_sink_corpus.py`) covering every spec, call and history shape and every outcome; the
+coverage tests below fail if the generator stops producing what the comparison relies on.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from reflection import ReflectionConfig
+from reflection._json import dumps
+from reflection.batch import _workers, reflect_dataset
+from reflection.cli import app
+from reflection.model import STATIC_CHECKS
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _sink_corpus import KINDS, corpus, write_corpus  # noqa: E402
+
+SEEDS = {1: 500, 2: 250, 3: 250}
+"""Corpus seed -> rows. Every corpus is over `MIN_INPUT_BYTES`, so two workers really fork."""
+
+runner = CliRunner()
+
+
+# --- latency ---------------------------------------------------------------------------------
+
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[][{}]', re.DOTALL)
+
+
+def neutral_latency(line: bytes) -> bytes:
+    """`line` with the value of the row's own `latency_ms` (the first such key at the top level
+    of the object: never text inside a string, never a key of nested user data) set to 0."""
+    depth = 0
+    for match in _TOKEN.finditer(line):
+        token = match.group()
+        if token[0] == 0x22:  # a string: a key when a colon follows
+            if depth == 1 and token == b'"latency_ms"' and line[match.end():match.end() + 1] == b":":
+                start = end = match.end() + 1
+                while line[end:end + 1] not in (b",", b"}"):
+                    end += 1
+                return line[:start] + b"0" + line[end:]
+        elif token in (b"[", b"{"):
+            depth += 1
+        else:
+            depth -= 1
+    return line
+
+
+def test_latency_is_neutralised_only_in_the_rows_own_key():
+    row = {"id": 'x","latency_ms":5,"y \\"latency_ms\\":7', "overall_valid": True, "warnings": ['"latency_ms":1'],
+           "latency_ms": 12.345, "results": [{"call": {"arguments": {"latency_ms": 9}}}]}
+    line = (dumps(row) + "\n").encode()
+    out = json.loads(neutral_latency(line))
+    assert out == {**row, "latency_ms": 0}
+    assert neutral_latency(line).endswith(b"\n")
+    error = (dumps({"id": '"latency_ms":3', "overall_valid": None, "error": "x"}) + "\n").encode()
+    assert neutral_latency(error) == error
+
+
+# --- the sinks -------------------------------------------------------------------------------
+
+
+def api_lines(path: Path, flat: bool) -> list[bytes]:
+    """What the Python API gives for `path`: each row of `reflect_dataset` as a JSON line."""
+    config = ReflectionConfig()
+    assert config.judge is None, "the environment configures a judge; these tests are static-only"
+
+    async def collect() -> list[bytes]:
+        return [(dumps(row) + "\n").encode() async for row in reflect_dataset(path, config=config, flat=flat)]
+
+    return anyio.run(collect)
+
+
+def cli(*args: str) -> None:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, (result.output, result.exception)
+
+
+def check_lines(path: Path, out: Path, workers: int, flat: bool) -> list[bytes]:
+    cli("check", str(path), "--static-only", "-o", str(out), "--workers", str(workers), *(["--flat"] if flat else []))
+    return out.read_bytes().splitlines(keepends=True)
+
+
+def batch_lines(path: Path, out: Path, workers: int, flat: bool) -> list[bytes]:
+    cli("batch", str(path), "--static-only", "-o", str(out), "--no-progress", "--workers", str(workers),
+        *(["--flat"] if flat else []))
+    return out.read_bytes().splitlines(keepends=True)
+
+
+def assert_same_lines(got: list[bytes], expected: list[bytes]) -> None:
+    """Line-for-line equality, latency aside, naming the first line that differs."""
+    got, expected = [neutral_latency(line) for line in got], [neutral_latency(line) for line in expected]
+    for number, (mine, theirs) in enumerate(zip(got, expected), start=1):
+        assert mine == theirs, f"output line {number} differs:\n  got      {mine!r}\n  expected {theirs!r}"
+    assert len(got) == len(expected), f"{len(got)} lines written, {len(expected)} expected"
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    folder = tmp_path_factory.mktemp("corpora")
+    paths = {}
+    for seed, rows in SEEDS.items():
+        paths[seed] = folder / f"corpus-{seed}.jsonl"
+        write_corpus(paths[seed], rows, seed)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def expected(corpora: dict[int, Path]) -> dict[tuple[int, bool], list[bytes]]:
+    """The Python API's lines for each (seed, flat): what every other path must write."""
+    return {(seed, flat): api_lines(path, flat) for seed, path in corpora.items() for flat in (False, True)}
+
+
+# --- the corpora cover what the comparison relies on -------------------------------------------
+
+
+def test_corpus_is_deterministic():
+    assert corpus(60, 7) == corpus(60, 7)
+    assert corpus(60, 7) != corpus(60, 8)
+    assert len(corpus(5, 1)) >= len(KINDS)  # one row of every kind, however small the corpus
+
+
+def test_every_corpus_is_large_enough_for_worker_processes(corpora):
+    for path in corpora.values():
+        assert path.stat().st_size >= _workers.MIN_INPUT_BYTES
+        assert _workers.use_processes(path, ReflectionConfig(), 2)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_corpus_covers_every_outcome(seed, corpora, expected):
+    lines = expected[seed, False]
+    rows = [json.loads(line) for line in lines]
+    seen: collections.Counter[str] = collections.Counter()
+    for line, row in zip(lines, rows):
+        try:
+            orjson.dumps(row)
+        except TypeError:  # an integer beyond 64 bits: the line was written by the stdlib fallback
+            seen["stdlib fallback"] += 1
+        if not line.isascii():
+            seen["non-ASCII"] += 1
+        if row["id"].startswith("line-"):
+            seen["id from line number"] += 1
+        if "latency_ms" in row["id"]:
+            seen["id mentioning latency_ms"] += 1
+        if "error" in row:
+            seen["error row"] += 1
+            error = row["error"]
+            for phrase in ("is not valid JSON", "is not valid UTF-8", "duplicate id", 'no "call" or "tool_calls"',
+                           '"tool_calls" must be a list', "expected a JSON object"):
+                if phrase in error:
+                    seen[f"error: {phrase}"] += 1
+            continue
+        results = row["results"]
+        if len(results) > 1:
+            seen["parallel"] += 1
+        if row["warnings"]:
+            seen["warnings"] += 1
+        if any(w.startswith("history") or w.startswith("the history") for w in row["warnings"]):
+            seen["history warning"] += 1
+        if any(w.startswith("ignored a tool spec") for w in row["warnings"]):
+            seen["spec warning"] += 1
+        if row["overall_valid"] is True:
+            seen["valid"] += 1
+        for result in results:
+            static = result["static"]
+            failing = [name for name, check in static["checks"].items() if not check["passed"]]
+            for name in failing:
+                seen[f"fails {name}"] += 1
+            if len(failing) >= 3:
+                seen["several failing checks"] += 1
+            if any(len(check["findings"]) > 20 for check in static["checks"].values()):
+                seen["more than 20 findings"] += 1
+            if static["correction"] is not None:
+                seen["correction"] += 1
+            if any("Did you mean" in f["message"] for check in static["checks"].values() for f in check["findings"]):
+                seen["did you mean"] += 1
+            for value in result["grounding"]:
+                for source in value["sources"]:
+                    seen[f"source {source['kind']}"] += 1
+                if not value["sources"]:
+                    seen["ungrounded value"] += 1
+    wanted = {f"fails {name}" for name in STATIC_CHECKS} | {f"source {kind}" for kind in (
+        "user", "assistant", "tool", "system", "default", "enum")} | {
+        "stdlib fallback", "non-ASCII", "id from line number", "id mentioning latency_ms", "error row", "parallel",
+        "warnings", "history warning", "spec warning", "valid", "several failing checks", "more than 20 findings",
+        "correction", "did you mean", "ungrounded value", "error: is not valid JSON", "error: is not valid UTF-8",
+        "error: duplicate id", 'error: no "call" or "tool_calls"', 'error: "tool_calls" must be a list',
+        "error: expected a JSON object"}
+    assert not wanted - set(seen), f"seed {seed} lacks {sorted(wanted - set(seen))}"
+
+
+# --- every path writes the API's bytes ------------------------------------------------------------
+
+PATHS = [pytest.param(seed, workers, flat, id=f"seed{seed}-w{workers}-{'flat' if flat else 'full'}")
+         for seed in SEEDS for workers in (1, 2) for flat in (False, True)]
+
+
+@pytest.mark.parametrize(("seed", "workers", "flat"), PATHS)
+def test_check_writes_what_the_api_gives(seed, workers, flat, corpora, expected, tmp_path):
+    assert_same_lines(check_lines(corpora[seed], tmp_path / "out.jsonl", workers, flat), expected[seed, flat])
+
+
+@pytest.mark.parametrize(("seed", "workers", "flat"), PATHS)
+def test_batch_writes_what_the_api_gives(seed, workers, flat, corpora, expected, tmp_path):
+    assert_same_lines(batch_lines(corpora[seed], tmp_path / "out.jsonl", workers, flat), expected[seed, flat])
+
+
+def test_check_in_many_small_chunks_writes_what_the_api_gives(corpora, expected, tmp_path, monkeypatch):
+    monkeypatch.setattr(_workers, "CHUNK_ROWS", 7)  # many chunks in flight, their seams all over the corpus
+    assert_same_lines(check_lines(corpora[2], tmp_path / "out.jsonl", 2, False), expected[2, False])
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["full", "flat"])
+def test_the_reflection_command_writes_what_the_api_gives(flat, corpora, expected, tmp_path):
+    """The installed entry point in a fresh process: cold caches, workers forked from a
+    single-threaded parent."""
+    out = tmp_path / "out.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]),
+                                                                     os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "reflection.cli", "check", str(corpora[1]), "--static-only",
+                           "-o", str(out), "--workers", "2", *(["--flat"] if flat else [])],
+                          env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert_same_lines(out.read_bytes().splitlines(keepends=True), expected[1, flat])
+
+
+# --- resume: the id rules are the same with and without workers ------------------------------------
+
+
+def _by_id(lines: list[bytes]) -> dict[str, bytes]:
+    return {json.loads(line)["id"]: line for line in lines}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_batch_resumes_an_output_holding_some_ids(workers, corpora, expected, tmp_path):
+    """An output already holding a scattered subset of the rows (duplicates' renamed ids, ids
+    from line numbers and first occurrences among them) gets exactly the others appended, in
+    input order, as the API gives them."""
+    full = expected[1, False]
+    rng = random.Random(5)
+    kept = [line for number, line in enumerate(full) if number < 30 or rng.random() < 0.3]
+    kept_ids = set(_by_id(kept))
+    assert any("#" in rid for rid in kept_ids) and any(rid.startswith("line-") for rid in kept_ids)
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(b"".join(kept))
+    written = batch_lines(corpora[1], out, workers, False)
+    assert_same_lines(written, kept + [line for rid, line in _by_id(full).items() if rid not in kept_ids])
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_batch_run_again_on_its_own_output_writes_nothing(workers, corpora, tmp_path):
+    out = tmp_path / "out.jsonl"
+    first = batch_lines(corpora[3], out, workers, True)
+    assert batch_lines(corpora[3], out, workers, True) == first
