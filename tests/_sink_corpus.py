@@ -621,19 +621,24 @@ def _k_duplicate(rng: random.Random, i: int) -> Any:
     """An id an earlier row has, or that looks like a renamed duplicate."""
     row = _row(rng, i, *_valid_call(rng))
     earlier = rng.randrange(max(1, i))
-    row["id"] = rng.choice([f"r{earlier}", f"r{earlier}#2", f"r{earlier}#3", "r0"])
+    row["id"] = rng.choice([f"r{earlier}", f"r{earlier}#2", f"r{earlier}#3", "r0", "ïd 🚀"])
     return row
 
 
 def _k_no_call(rng: random.Random, i: int) -> Any:
     """Rows without a call: no "call" or "tool_calls" field, or a null call."""
     if rng.random() < 0.5:
-        return {"id": f"r{i}", "tools": MAIN_TOOLS, "history": None}
-    return {"id": f"r{i}", "call": None, "tools": MAIN_TOOLS}
+        return {"id": _error_id(rng, i), "tools": MAIN_TOOLS, "history": None}
+    return {"id": _error_id(rng, i), "call": None, "tools": MAIN_TOOLS}
+
+
+def _error_id(rng: random.Random, i: int) -> str:
+    """An id for a row that becomes an error row: plain, or with text the writers escape."""
+    return rng.choice([f"r{i}", f"ünï {i} 🚀", f'q"{i}\\', f"ctl\x01{i}\u2028"])
 
 
 def _k_tool_calls_not_list(rng: random.Random, i: int) -> Any:
-    return {"id": f"r{i}", "tools": MAIN_TOOLS, "tool_calls": rng.choice([{"name": "ping"}, "x", 5, None])}
+    return {"id": _error_id(rng, i), "tools": MAIN_TOOLS, "tool_calls": rng.choice([{"name": "ping"}, "x", 5, None])}
 
 
 def _k_not_object(rng: random.Random, i: int) -> Any:

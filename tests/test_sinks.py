@@ -164,6 +164,8 @@ def test_corpus_covers_every_outcome(seed, corpora, expected):
             seen["id mentioning latency_ms"] += 1
         if "error" in row:
             seen["error row"] += 1
+            if not line.isascii():
+                seen["error row with non-ASCII"] += 1
             error = row["error"]
             for phrase in ("is not valid JSON", "is not valid UTF-8", "duplicate id", 'no "call" or "tool_calls"',
                            '"tool_calls" must be a list', "expected a JSON object"):
@@ -201,7 +203,7 @@ def test_corpus_covers_every_outcome(seed, corpora, expected):
                     seen["ungrounded value"] += 1
     wanted = {f"fails {name}" for name in STATIC_CHECKS} | {f"source {kind}" for kind in (
         "user", "assistant", "tool", "system", "default", "enum")} | {
-        "stdlib fallback", "non-ASCII", "id from line number", "id mentioning latency_ms", "error row", "parallel",
+        "stdlib fallback", "non-ASCII", "error row with non-ASCII", "id from line number", "id mentioning latency_ms", "error row", "parallel",
         "warnings", "history warning", "spec warning", "valid", "several failing checks", "more than 20 findings",
         "correction", "did you mean", "ungrounded value", "error: is not valid JSON", "error: is not valid UTF-8",
         "error: duplicate id", 'error: no "call" or "tool_calls"', 'error: "tool_calls" must be a list',
@@ -223,6 +225,13 @@ def test_check_writes_what_the_api_gives(seed, workers, flat, corpora, expected,
 @pytest.mark.parametrize(("seed", "workers", "flat"), PATHS)
 def test_batch_writes_what_the_api_gives(seed, workers, flat, corpora, expected, tmp_path):
     assert_same_lines(batch_lines(corpora[seed], tmp_path / "out.jsonl", workers, flat), expected[seed, flat])
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_check_to_stdout_writes_what_the_api_gives(workers, corpora, expected):
+    result = runner.invoke(app, ["check", str(corpora[3]), "--static-only", "--workers", str(workers)])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert_same_lines(result.stdout_bytes.splitlines(keepends=True), expected[3, False])
 
 
 def test_check_in_many_small_chunks_writes_what_the_api_gives(corpora, expected, tmp_path, monkeypatch):
