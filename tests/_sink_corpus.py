@@ -735,9 +735,10 @@ def _deep_text(depth: int) -> str:
 
 
 def corpus(n: int, seed: int) -> list[bytes]:
-    """At least `n` lines of JSON Lines input (each ending in a newline), the same for the
-    same arguments: one row of every kind first (in a shuffled order), then rows drawn at
-    random, with blank lines here and there and a UTF-8 BOM on the first line."""
+    """At least `n` lines of JSON Lines input, the same for the same arguments: one row of every
+    kind first (in a shuffled order), then rows drawn at random; blank lines, CRLF endings,
+    leading whitespace and BOMs here and there, a BOM on the first line, and for odd seeds a
+    last line without its newline."""
     rng = random.Random(seed)
     names = list(KINDS)
     rng.shuffle(names)
@@ -747,11 +748,16 @@ def corpus(n: int, seed: int) -> list[bytes]:
     while i < max(n, len(names)):
         name = names[i] if i < len(names) else rng.choices(list(KINDS), weights)[0]
         row = KINDS[name](rng, i)
-        lines.append((row if isinstance(row, bytes) else _encode(rng, row)) + b"\n")
+        line = row if isinstance(row, bytes) else _encode(rng, row)
+        if rng.random() < 0.03:
+            line = rng.choice([b" ", b"\t", b"\xef\xbb\xbf"]) + line  # leading space; a BOM (concatenated files)
+        lines.append(line + (b"\r\n" if rng.random() < 0.05 else b"\n"))
         if rng.random() < 0.03:
             lines.append(rng.choice([b"\n", b"   \n", b"\t\r\n"]))  # blank lines: skipped, but counted
         i += 1
     lines[0] = b"\xef\xbb\xbf" + lines[0]  # a BOM, as some editors write one
+    if seed % 2:
+        lines[-1] = lines[-1].rstrip(b"\r\n") or lines[-1]  # a last line without its newline
     return lines
 
 

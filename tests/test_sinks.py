@@ -82,7 +82,10 @@ def test_latency_is_neutralised_only_in_the_rows_own_key():
 
 def api_lines(path: Path, flat: bool) -> list[bytes]:
     """What the Python API gives for `path`: each row of `reflect_dataset` as a JSON line."""
-    config = ReflectionConfig()
+    return api_lines_with(path, ReflectionConfig(), flat)
+
+
+def api_lines_with(path: Path, config: ReflectionConfig, flat: bool = False) -> list[bytes]:
     assert config.judge is None, "the environment configures a judge; these tests are static-only"
 
     async def collect() -> list[bytes]:
@@ -232,6 +235,24 @@ def test_check_to_stdout_writes_what_the_api_gives(workers, corpora, expected):
     result = runner.invoke(app, ["check", str(corpora[3]), "--static-only", "--workers", str(workers)])
     assert result.exit_code == 0, (result.output, result.exception)
     assert_same_lines(result.stdout_bytes.splitlines(keepends=True), expected[3, False])
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_lines_over_max_line_bytes_are_the_same_error_rows_everywhere(workers, corpora, tmp_path):
+    """A config's `max_line_bytes` makes long lines error rows (the workers get their message,
+    not the line); every path agrees on which and how."""
+    limit = 6000
+    assert any(len(line) > limit for line in corpora[2].read_bytes().splitlines())
+    config = tmp_path / "config.yaml"
+    config.write_text(f"max_line_bytes: {limit}\n")
+    expected = api_lines_with(corpora[2], ReflectionConfig(max_line_bytes=limit))
+    assert any(b"max_line_bytes" in line for line in expected)
+    cli("check", str(corpora[2]), "--static-only", "--config", str(config), "-o", str(tmp_path / "check.jsonl"),
+        "--workers", str(workers))
+    assert_same_lines((tmp_path / "check.jsonl").read_bytes().splitlines(keepends=True), expected)
+    cli("batch", str(corpora[2]), "--static-only", "--config", str(config), "-o", str(tmp_path / "batch.jsonl"),
+        "--no-progress", "--workers", str(workers))
+    assert_same_lines((tmp_path / "batch.jsonl").read_bytes().splitlines(keepends=True), expected)
 
 
 def test_check_in_many_small_chunks_writes_what_the_api_gives(corpora, expected, tmp_path, monkeypatch):
