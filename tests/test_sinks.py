@@ -27,11 +27,13 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from reflection import ReflectionConfig
+from reflection import ReflectionConfig, Reflector
 from reflection._json import dumps, parse_json
 from reflection.batch import _workers, reflect_dataset
+from reflection.batch.inputs import jsonl_row
 from reflection.cli import app
 from reflection.model import STATIC_CHECKS
+from reflection.rows import read_row, result_row
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _sink_corpus import KINDS, corpus, write_corpus  # noqa: E402
@@ -290,6 +292,36 @@ def test_check_on_a_json_array_writes_what_the_api_gives(corpora, tmp_path):
     expected = api_lines(array, False)
     for workers in (1, 2):
         assert_same_lines(check_lines(array, tmp_path / f"out-{workers}.jsonl", workers, False), expected)
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["full", "flat"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_reflector_and_result_row_give_the_rows_reflect_dataset_gives(seed, flat, corpora, expected):
+    """The model path by hand: each input row read (`jsonl_row`, `read_row`), reflected by
+    `Reflector.reflect` and turned into its row by `rows.result_row`, as a Python user would;
+    error rows (the reader's and the id rules') are `reflect_dataset`'s alone and are skipped."""
+    lines = expected[seed, flat]
+    reflector = Reflector(ReflectionConfig())
+    assert reflector.judge is None
+    numbered = enumerate(corpora[seed].read_bytes().splitlines(keepends=True), start=1)
+    sources = [source for number, line in numbered if (source := jsonl_row(number, line)) is not None]
+    assert len(sources) == len(lines)
+
+    async def rows() -> list[tuple[bytes, bytes]]:
+        pairs = []
+        for source, line in zip(sources, lines):
+            written = json.loads(line)
+            if "error" in written:
+                continue
+            row = read_row(source.raw, source.position)
+            result = await reflector.reflect(row.call, row.tools, row.history)
+            mine = result_row(written["id"], result, latency_ms=0.0, flat_only=flat)
+            pairs.append(((dumps(mine) + "\n").encode(), line))
+        return pairs
+
+    pairs = anyio.run(rows)
+    assert len(pairs) > len(lines) // 2
+    assert_same_lines([mine for mine, _ in pairs], [line for _, line in pairs])
 
 
 # --- bugs found while building the corpora (every path alike, not a divergence between sinks) ---
