@@ -410,10 +410,6 @@ Row = Callable[[random.Random, int], Any]
 """A row kind: (rng, index) -> a row (dict), or the line's bytes for rows that are not JSON."""
 
 
-def _main(rng: random.Random) -> Any:
-    return MAIN_TOOLS
-
-
 def _row(rng: random.Random, i: int, name: str, arguments: Any, *, tools: Any = MAIN_TOOLS,
          history: Any = None, text_ok: bool = True) -> dict[str, Any]:
     row: dict[str, Any] = {"id": f"r{i}", "tools": tools,
