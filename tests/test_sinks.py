@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import orjson
@@ -216,16 +217,19 @@ def test_corpus_covers_every_outcome(seed, corpora, expected):
 
 # --- every path writes the API's bytes ------------------------------------------------------------
 
-PATHS = [pytest.param(seed, workers, flat, id=f"seed{seed}-w{workers}-{'flat' if flat else 'full'}")
-         for seed in SEEDS for workers in (1, 2) for flat in (False, True)]
+def _paths(seeds: list[int], flat: tuple[bool, ...] = (False, True), workers: tuple[int, ...] = (1, 2)) -> list[Any]:
+    return [pytest.param(seed, w, f, id=f"seed{seed}-w{w}-{'flat' if f else 'full'}")
+            for seed in seeds for w in workers for f in flat]
 
 
-@pytest.mark.parametrize(("seed", "workers", "flat"), PATHS)
+@pytest.mark.parametrize(("seed", "workers", "flat"), _paths(list(SEEDS)))
 def test_check_writes_what_the_api_gives(seed, workers, flat, corpora, expected, tmp_path):
     assert_same_lines(check_lines(corpora[seed], tmp_path / "out.jsonl", workers, flat), expected[seed, flat])
 
 
-@pytest.mark.parametrize(("seed", "workers", "flat"), PATHS)
+# `batch` shares the rows with `check` and differs in how it writes them: every variant on one
+# corpus, the worker path on the others.
+@pytest.mark.parametrize(("seed", "workers", "flat"), _paths([1]) + _paths([2, 3], flat=(False,), workers=(2,)))
 def test_batch_writes_what_the_api_gives(seed, workers, flat, corpora, expected, tmp_path):
     assert_same_lines(batch_lines(corpora[seed], tmp_path / "out.jsonl", workers, flat), expected[seed, flat])
 
@@ -260,24 +264,23 @@ def test_check_in_many_small_chunks_writes_what_the_api_gives(corpora, expected,
     assert_same_lines(check_lines(corpora[2], tmp_path / "out.jsonl", 2, False), expected[2, False])
 
 
-@pytest.mark.parametrize("flat", [False, True], ids=["full", "flat"])
-def test_the_reflection_command_writes_what_the_api_gives(flat, corpora, expected, tmp_path):
+def test_the_reflection_command_writes_what_the_api_gives(corpora, expected, tmp_path):
     """The installed entry point in a fresh process: cold caches, workers forked from a
     single-threaded parent."""
     out = tmp_path / "out.jsonl"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]),
                                                                      os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-m", "reflection.cli", "check", str(corpora[1]), "--static-only",
-                           "-o", str(out), "--workers", "2", *(["--flat"] if flat else [])],
+                           "-o", str(out), "--workers", "2"],
                           env=env, capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr.decode(errors="replace")
-    assert_same_lines(out.read_bytes().splitlines(keepends=True), expected[1, flat])
+    assert_same_lines(out.read_bytes().splitlines(keepends=True), expected[1, False])
 
 
 def test_check_on_a_json_array_writes_what_the_api_gives(corpora, tmp_path):
     """A JSON array is read and prepared in the parent, which sends prepared rows to the workers."""
     elements = []
-    for line in corpora[1].read_bytes().removeprefix(b"\xef\xbb\xbf").splitlines():
+    for line in corpora[2].read_bytes().removeprefix(b"\xef\xbb\xbf").splitlines():
         try:
             parse_json(line)
         except ValueError:  # not JSON, not UTF-8, a lone surrogate or too deep: see the xfails below
@@ -292,8 +295,8 @@ def test_check_on_a_json_array_writes_what_the_api_gives(corpora, tmp_path):
         assert_same_lines(check_lines(array, tmp_path / f"out-{workers}.jsonl", workers, False), expected)
 
 
-@pytest.mark.parametrize("flat", [False, True], ids=["full", "flat"])
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(("seed", "flat"), [(1, False), (1, True), (2, False), (3, False)],
+                         ids=["seed1-full", "seed1-flat", "seed2-full", "seed3-full"])
 def test_reflector_and_result_row_give_the_rows_reflect_dataset_gives(seed, flat, corpora, expected):
     """The model path by hand: each input row read (`jsonl_row`, `read_row`), reflected by
     `Reflector.reflect` and turned into its row by `rows.result_row`, as a Python user would;
