@@ -291,6 +291,16 @@ def _read_json_array(path: Path) -> Iterator[SourceRow]:
             while True:
                 try:
                     value, end = _DECODER.raw_decode(buffer, pos)
+                except RecursionError:
+                    # Nesting deeper than the stdlib decoder goes: find the element's end without
+                    # recursing, then read it as a JSON Lines row is read (deep members stay text).
+                    found = _nested_end(buffer, pos)
+                    if found is None and fill():
+                        continue
+                    if found is None:
+                        yield SourceRow(number, error=f"{path.name} ends before the array is closed; the file is truncated")
+                        return
+                    value, end = _DEEP, found
                 except ValueError as exc:
                     # Incomplete at the end of the buffer: read more and try again.
                     if fill():
@@ -305,7 +315,47 @@ def _read_json_array(path: Path) -> Iterator[SourceRow]:
             text, pos = buffer[pos:end], end
             expect_comma = True
             problem = _bad_text(text, f"element {number} of {path.name}") if _SUSPECT.search(text) else None
-            yield SourceRow(number, value, error=problem)  # the value still names the error row by its id
+            if problem is not None:
+                yield SourceRow(number, _named(value), error=problem)
+                continue
+            if value is _DEEP:
+                try:
+                    value = parse_line(text.encode())
+                except ValueError as exc:
+                    yield SourceRow(number, error=f"element {number} of {path.name} cannot be read: {exc}")
+                    continue
+            yield SourceRow(number, value)
+
+
+_DEEP: Any = object()
+_NESTING = re.compile(r'"(?:[^"\\]|\\.)*(")?|[\[\]{}]')
+"""A string (its closing quote in group 1: none when the text ends first), or a bracket."""
+
+
+def _nested_end(text: str, pos: int) -> int | None:
+    """Where the array or object starting at `text[pos]` ends, found without recursion (strings
+    skipped whole); None when the text ends first."""
+    depth = 0
+    for match in _NESTING.finditer(text, pos):
+        token = match.group()
+        if token[0] == '"':
+            if match.group(1) is None:
+                return None  # a string cut off by the end of the text
+            continue
+        depth += 1 if token in "[{" else -1
+        if depth == 0:
+            return match.end()
+    return None
+
+
+def _named(value: Any) -> Any:
+    """An unreadable element reduced to what names its error row: its id, when that can be written."""
+    rid = value.get("id") if isinstance(value, dict) else None
+    try:
+        str(rid).encode()
+    except UnicodeEncodeError:
+        return None
+    return {"id": rid}
 
 
 _SUSPECT = re.compile(r"[\udc80-\udcff]|\\u[dD][89a-fA-F]")
