@@ -1,13 +1,16 @@
 """Dataset readers: JSON Lines, JSON arrays (streamed), CSV with JSON columns, Parquet."""
 
 import csv
+import io
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reflection.batch import inputs
 from reflection.batch._synthetic import synthetic_row, synthetic_rows, write_jsonl
-from reflection.batch.inputs import SourceRow, count_rows, detect_format, read_source
+from reflection.batch.inputs import SourceRow, _bounded_lines, _LineTooLong, count_rows, detect_format, read_source
 
 
 def test_jsonl_rows_stream_with_their_line_numbers(tmp_path):
@@ -125,3 +128,40 @@ def test_count_rows_counts_non_blank_lines(tmp_path):
         f.write("\n\n")
     assert count_rows(path) == 7
     assert count_rows(tmp_path / "x.json") is None
+
+
+def _lines_by_readline(f, limit):
+    """The reference: what reading with readline gives (the reader cuts lines out of blocks)."""
+    number = 0
+    while line := f.readline(limit + 1):
+        number += 1
+        if len(line) > limit and line[limit:] != b"\n":
+            size = len(line)
+            while not line.endswith(b"\n") and (line := f.readline(1 << 16)):
+                size += len(line)
+            size -= line.endswith(b"\n")
+            yield number, f"line {number} is longer than the {limit:,}-byte limit (max_line_bytes): {size:,} bytes; it was skipped"
+        else:
+            yield number, line
+
+
+class _Trickle(io.BytesIO):
+    """A stream whose reads return a few bytes at a time, as a pipe may."""
+
+    def __init__(self, data: bytes, step: int):
+        super().__init__(data)
+        self.step = step
+
+    def read1(self, size: int = -1) -> bytes:
+        return super().read1(self.step)
+
+
+@settings(max_examples=400, deadline=None)
+@given(lines=st.lists(st.binary(max_size=40) | st.sampled_from([b"a" * 70_000, b"\r" * 9]), max_size=8),
+       end=st.sampled_from([b"", b"\n", b"\n\n"]), limit=st.sampled_from([1, 5, 10, 64, 70_000]),
+       step=st.sampled_from([None, 1, 3, 4096]))
+def test_lines_cut_out_of_blocks_are_the_lines_readline_gives(lines, end, limit, step):
+    data = b"\n".join(line.replace(b"\n", b"") for line in lines) + end
+    stream = io.BytesIO(data) if step is None else _Trickle(data, step)
+    got = [(n, str(line) if isinstance(line, _LineTooLong) else line) for n, line in _bounded_lines(stream, limit)]
+    assert got == list(_lines_by_readline(io.BytesIO(data), limit))
