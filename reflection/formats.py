@@ -47,6 +47,11 @@ _SUBSCHEMA = (
     "propertyNames", "unevaluatedItems", "unevaluatedProperties",
 )
 _SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+_MAP, _ONE, _LIST = 1, 2, 4
+_NESTING: dict[str, int] = {
+    name: (_MAP if name in _SUBSCHEMA_MAPS else 0) | (_ONE if name in _SUBSCHEMA else 0)
+    | (_LIST if name in _SUBSCHEMA_LISTS else 0) for name in (*_SUBSCHEMA_MAPS, *_SUBSCHEMA, *_SUBSCHEMA_LISTS)}
+"""Keyword -> how its value nests schemas: a map of them, one, or a list ("items": one or a list)."""
 _EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
 
@@ -237,15 +242,17 @@ def _map_type_names(schema: Any) -> Any:
         else:
             # Items may be unhashable in a broken spec ("type": [[]]); the compiler reports it.
             out["type"] = [t for i, t in enumerate(mapped_list) if t not in mapped_list[:i]]
-    for key in _SUBSCHEMA_MAPS:
-        if isinstance(out.get(key), dict):
-            out[key] = {k: _map_type_names(v) for k, v in out[key].items()}
-    for key in _SUBSCHEMA:
-        if isinstance(out.get(key), dict):
-            out[key] = _map_type_names(out[key])
-    for key in _SUBSCHEMA_LISTS:
-        if isinstance(out.get(key), list):
-            out[key] = [_map_type_names(v) for v in out[key]]
+    for key, value in schema.items():  # a node's own keys: fewer than the keywords that nest
+        kind = _NESTING.get(key)
+        if kind is None:
+            continue
+        if isinstance(value, dict):
+            if kind & _MAP:
+                out[key] = {k: _map_type_names(v) for k, v in value.items()}
+            elif kind & _ONE:
+                out[key] = _map_type_names(value)
+        elif kind & _LIST and isinstance(value, list):
+            out[key] = [_map_type_names(v) for v in value]
     return out
 
 
