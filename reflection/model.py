@@ -292,6 +292,10 @@ class JudgeUsage(_Frozen):
         return cls(**{name: sum(getattr(u, name) for u in items) for name in cls.model_fields})
 
 
+_ZERO_USAGE: dict[str, Any] = JudgeUsage().model_dump()
+"""The usage of a reflection without a judge, as written (shared: never mutate it)."""
+
+
 class ReflectionResult(_Frozen):
     """Everything known about one call: static checks, grounding, judge checks and the verdict."""
 

@@ -13,7 +13,7 @@ from reflection import telemetry
 from reflection.config import ReflectionConfig
 from reflection.formats import normalize_calls, normalize_history, normalize_tools
 from reflection.grounding import _ground_data, _groundings
-from reflection.model import History, ReflectionResult, ToolCall, ToolInventory
+from reflection.model import _ZERO_USAGE, History, ReflectionResult, ToolCall, ToolInventory
 from reflection.static import _check_data, _prepare, _static_result
 from reflection.verdict import judge_check, overall_valid
 
@@ -182,7 +182,6 @@ def _static_data(call: ToolCall, inventory: ToolInventory, history: History, gro
 
 
 _NO_SEMANTIC: dict[str, Any] = {}
-_ZERO_USAGE = ReflectionResult.model_fields["usage"].default.model_dump()
 
 
 def _reflect_plain(call: Any, tools: Any, history: Any = None, *, grounding: bool = True) -> Any:

@@ -8,6 +8,10 @@ Output row (public contract):
 Error row: {"id", "overall_valid": null, "error": "<what is wrong and what to do>"}.
 For a row with several calls, each flat key is the minimum over its calls and
 `overall_valid` is False if any call is invalid, else null if any is unknown, else True.
+
+Two sinks build the same output row: `result_row` from result models (the Python API,
+judged rows), `plain_row` from the plain data of a static-only reflection (what the CLI
+writes, with no models in between). `tests/test_sinks.py` holds them byte-identical.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reflection._json import dumps_line, parse_json_keeping
-from reflection.model import STATIC_CHECKS, JudgeUsage, ReflectionResult, ToolCall
+from reflection.model import _ZERO_USAGE, STATIC_CHECKS, JudgeUsage, ReflectionResult, ToolCall
 
 __all__ = ["InputRow", "Line", "RowError", "error_row", "line_of", "parse_line", "plain_row", "read_row", "result_row"]
 
@@ -113,7 +117,6 @@ def result_row(rid: str, results: ReflectionResult | list[ReflectionResult], *, 
 
 
 _NO_USAGE = ReflectionResult.model_fields["usage"].default
-_ZERO_USAGE = _NO_USAGE.model_dump()
 _STATIC_KEYS = tuple((name, f"static_{name}") for name in STATIC_CHECKS)
 _ALL_PASS_FLAT = {key: 1.0 for _, key in _STATIC_KEYS}
 

@@ -241,7 +241,9 @@ def _read_json_array(path: Path) -> Iterator[SourceRow]:
     buffer; the buffer grows only while an element is incomplete. An element that is not
     valid JSON ends the file (there is no way to find the next element reliably), so it
     becomes one error row saying so. An element with bytes that are not UTF-8, or with a
-    `\\ud800`-style escape that is not a character, is an error row, and reading goes on.
+    `\\ud800`-style escape that is not a character, is an error row (named by its id only when
+    the id can be written), and reading goes on. An element nesting deeper than the decoder
+    goes is read as the same JSON Lines row would be (`rows.parse_line`).
     """
     # Bytes that are not UTF-8 decode to lone surrogates (surrogateescape) so the element's
     # extent is still found; a valid UTF-8 file never decodes to one.
