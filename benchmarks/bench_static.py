@@ -491,7 +491,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="timed passes per checker; the best counts")
     parser.add_argument("--memory-rows", type=int, default=None, help="N for the memory run (default --rows)")
     parser.add_argument("--fresh-rows", type=int, default=5000,
-                        help="N for the never-seen-schemas memory run (default 5000; the caches fill at ~4096)")
+                        help="N for the never-seen-schemas memory run (default 5000; the caches fill at 16,384)")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--bfcl-rows", type=int, default=50_000,
                         help="rows of the BFCL-derived end-to-end corpus (default 50000; 0 skips it)")
