@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reflection._json import dumps_line, parse_json_keeping
+from reflection._json import dumps_line, parse_json, parse_json_keeping
 from reflection.model import _ZERO_USAGE, STATIC_CHECKS, JudgeUsage, ReflectionResult, ToolCall
 
 __all__ = ["InputRow", "Line", "RowError", "error_row", "line_of", "parse_line", "plain_row", "read_row", "result_row"]
@@ -35,10 +35,16 @@ def parse_line(line: bytes) -> Any:
     """Parse one JSON Lines row, leaving its `tools` as JSON text (bytes).
 
     Logged rows repeat the same tool list; as text it is the key of `normalize_tools`'
-    cache, so it is parsed and normalised once, not on every row. Raises ValueError with
-    the parser's message when the line is not JSON.
+    cache, so it is parsed and normalised once, not on every row. A `tools` that is a JSON
+    string (the list encoded twice, as some logs store it) comes as that string, the JSON text
+    the other readers hand on. Raises ValueError with the parser's message when the line is
+    not JSON.
     """
-    return parse_json_keeping(line, _TEXT_MEMBERS, _DEEP_MEMBERS)
+    row = parse_json_keeping(line, _TEXT_MEMBERS, _DEEP_MEMBERS)
+    tools = row.get("tools") if type(row) is dict else None
+    if type(tools) is bytes and tools[:1] == b'"':
+        row["tools"] = parse_json(tools)
+    return row
 
 
 class RowError(ValueError):

@@ -347,6 +347,18 @@ def test_a_json_array_element_nesting_too_deep_is_read_as_the_same_json_lines_ro
     assert_same_lines(got, check_lines(lines, tmp_path / "out-lines.jsonl", 1, False))
 
 
+def test_tools_given_as_a_json_string_are_read_alike_from_json_lines_and_a_json_array(tmp_path):
+    tools = [{"name": "ping", "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}}]
+    rows = [{"id": "a", "tools": json.dumps(tools), "call": {"name": "ping", "arguments": {"n": 1}}},
+            {"id": "b", "tools": json.dumps(tools), "call": {"name": "ping", "arguments": {"n": "x"}}}]
+    array, lines = tmp_path / "in.json", tmp_path / "in.jsonl"
+    array.write_text(json.dumps(rows))
+    lines.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    got = check_lines(lines, tmp_path / "out-lines.jsonl", 1, True)
+    assert [json.loads(line)["overall_valid"] for line in got] == [True, False]
+    assert_same_lines(got, check_lines(array, tmp_path / "out-array.jsonl", 1, True))
+
+
 # --- the output has not changed since the golden digests were recorded -----------------------------
 
 GOLDEN = Path(__file__).with_name("sink_golden.json")
