@@ -11,6 +11,7 @@ coverage tests below fail if the generator stops producing what the comparison r
 from __future__ import annotations
 
 import collections
+import csv
 import hashlib
 import importlib.metadata
 import json
@@ -357,6 +358,24 @@ def test_tools_given_as_a_json_string_are_read_alike_from_json_lines_and_a_json_
     got = check_lines(lines, tmp_path / "out-lines.jsonl", 1, True)
     assert [json.loads(line)["overall_valid"] for line in got] == [True, False]
     assert_same_lines(got, check_lines(array, tmp_path / "out-array.jsonl", 1, True))
+
+
+def test_csv_columns_nesting_too_deep_are_read_as_the_same_json_lines_members_are(tmp_path):
+    deep = "[" * 1500 + "]" * 1500
+    tools = json.dumps([{"name": "ping"}])
+    cells = [{"id": "a", "tools": tools, "history": deep, "call": json.dumps({"name": "ping"})},
+             {"id": "b", "tools": tools, "history": "[]", "call": deep},
+             {"id": "c", "tools": deep, "history": "[]", "call": json.dumps({"name": "ping"})}]
+    table, lines = tmp_path / "in.csv", tmp_path / "in.jsonl"
+    with table.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["id", "tools", "history", "call"])
+        writer.writeheader()
+        writer.writerows(cells)
+    lines.write_text("".join("{" + ", ".join(f'"{k}": {v if k != "id" else json.dumps(v)}' for k, v in row.items()) + "}\n"
+                             for row in cells))
+    got = check_lines(table, tmp_path / "out-csv.jsonl", 1, False)
+    assert [json.loads(line).get("error") for line in got] == [None, None, None]
+    assert_same_lines(got, check_lines(lines, tmp_path / "out-lines.jsonl", 1, False))
 
 
 # --- the output has not changed since the golden digests were recorded -----------------------------

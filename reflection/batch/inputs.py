@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from reflection._json import parse_json
+from reflection._json import JSONTooDeep, parse_json
 from reflection.config import DEFAULT_MAX_LINE_BYTES
 from reflection.rows import parse_line
 
@@ -413,6 +413,8 @@ def _decode_columns(record: dict[str, Any], position: int, *, strings_only: bool
                 continue
             try:
                 value = parse_json(value)
+            except JSONTooDeep:
+                value = value.encode()  # as in a JSON Lines row: left as text, its reader reports it
             except ValueError as exc:
                 rid = record.get("id")
                 named = {"id": rid} if rid not in (None, "") else None  # the error row keeps the record's id
