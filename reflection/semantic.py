@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import anyio
 
-from reflection._json import dumps, parse_json
+from reflection._json import dumps, parse_json, value_problem
 from reflection._reply import RepairedObject
 from reflection._resources import Template, load_template
 from reflection.judge import Judge, JudgeError, request_key, _reraise_fatal
@@ -161,6 +161,9 @@ def _correction(correction: Any, tools: frozenset[str] | None, notes: list[str])
                 suggested = "not JSON"
     if suggested is not None and not isinstance(suggested, dict):
         notes.append("the suggested arguments were not a JSON object; dropped")
+        suggested = None
+    if suggested is not None and (problem := value_problem(suggested)) is not None:
+        notes.append(f"the suggested arguments cannot be used ({problem}); dropped")
         suggested = None
     better = _optional_text(correction, "better_function", notes)
     if better is not None and tools is not None and better not in tools:

@@ -173,6 +173,8 @@ def test_an_exact_answer_needs_no_notes():
 @pytest.mark.parametrize(("correction", "note"), [
     ({"suggested_arguments_json": "use the date the user gave"}, "suggested arguments were not a JSON object"),
     ({"suggested_arguments_json": "[1, 2]"}, "suggested arguments were not a JSON object"),
+    ({"suggested_arguments_json": "{\"a\": " * 300 + "1" + "}" * 300}, "suggested arguments cannot be used (nesting"),
+    ({"suggested_arguments_json": {"n": 10 ** 5000}}, "suggested arguments cannot be used (an integer"),
     ({"better_function": "no_such_tool"}, "better_function is not one of the tools"),
     ({"missing_prerequisite": 42}, "missing_prerequisite was not text"),
     ("call get_time first", "correction was not an object"),
