@@ -78,6 +78,19 @@ async def test_an_out_of_range_score_is_re_asked(judge):
     assert route.call_count == 2
 
 
+@pytest.mark.parametrize("reply", [
+    {"explanation": "Same facts.", "score": "4"},
+    {"explanation": "Same facts.", "score": 4.0, "reasoning": "long thoughts", "confidence": "high"},
+    "Here is my verdict:\n```json\n{'explanation': 'Same facts.', 'score': '4',}\n```",
+], ids=["score-as-text", "float-and-extra-keys", "prose-fence-and-python-literals"])
+async def test_scores_as_real_judges_write_them_are_read_in_one_request(judge, reply):
+    with respx.mock(base_url=BASE) as mock:
+        route = mock.post("/chat/completions").respond(200, json=completion(reply))
+        result = await response_correctness(judge, prediction="Argentina", reference="Argentina won.")
+    assert (result.score, result.raw_score, result.explanation) == (0.75, 4, "Same facts.")
+    assert route.call_count == 1
+
+
 async def test_a_judge_that_never_answers_validly_raises_judge_error(judge):
     with respx.mock(base_url=BASE) as mock:
         mock.post("/chat/completions").respond(200, json=completion("not json"))

@@ -72,6 +72,16 @@ def build_score_messages(
     )
 
 
+def _read_score(value: Any) -> ScoreReply:
+    """The judge's reply read as the semantic stage reads a check (`semantic.read_check`): "4"
+    and 4.0 are 4, extra keys are ignored, a missing explanation is empty; a score that is not
+    1-5 raises, and the judge is asked again. A score is never guessed."""
+    from reflection.semantic import read_check
+
+    check = read_check(value)
+    return ScoreReply(explanation=check.explanation, score=check.score)
+
+
 async def ask_score(
     judge: Judge, template_name: str, data: dict[str, Any], *, prompts_dir: Path | None = None
 ) -> JudgedScore:
@@ -83,7 +93,7 @@ async def ask_score(
         messages,
         schema=SCORE_SCHEMA,
         schema_name="score",
-        validate=ScoreReply.model_validate,
+        validate=_read_score,
         cache_key=request_key(judge.config, version, messages, SCORE_SCHEMA),
     )
     reply: ScoreReply = answer.value
