@@ -182,6 +182,7 @@ def _static_data(call: ToolCall, inventory: ToolInventory, history: History, gro
 
 
 _NO_SEMANTIC: dict[str, Any] = {}
+_NO_HISTORY = History()
 
 
 def _reflect_plain(call: Any, tools: Any, history: Any = None, *, grounding: bool = True) -> Any:
@@ -202,9 +203,6 @@ def _reflect_plain(call: Any, tools: Any, history: Any = None, *, grounding: boo
                         "judge_skipped": NO_JUDGE, "overall_valid": base["static"]["valid"], "usage": _ZERO_USAGE,
                         "warnings": base["warnings"]})
     return results if parallel else results[0]
-
-
-_NO_HISTORY = History()
 
 
 async def reflect(
