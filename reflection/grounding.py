@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Iterator
 from functools import lru_cache
-from itertools import islice
 from typing import Any
 
 from reflection.model import History, ToolCall, ToolSpec, ValueGrounding, ValueSource, _trusted, _trusted_from
@@ -42,33 +40,46 @@ def _ground_data(call: ToolCall, history: History, spec: ToolSpec | None) -> lis
     source `ValueSource`'s. The CLI writes it as it is; `ground_call` builds the models."""
     if not call.arguments:
         return []
-    leaves = list(islice(_leaves(call.arguments), _MAX_VALUES))
     conversation = _Conversation(history)
+    schema = spec.parameters if spec is not None else None
     enums: dict[int, frozenset[Any]] = {}
     out = []
-    for path, value, schema_path in leaves:
-        sources: list[dict[str, Any]] = []
-        for needle in _needles(value):
-            sources = conversation.sources(needle)
-            if sources:
-                break
-        if spec is not None:
-            sources.extend(_spec_sources(spec.parameters, schema_path, value, enums))
+    for path, value, schema_path in _leaves(call.arguments):
+        if type(value) is str:  # the usual leaf, with one text form
+            needle = " ".join(value.split()).lower()
+            sources = conversation.sources(needle) if needle else []
+        else:
+            sources = []
+            for needle in _needles(value):
+                sources = conversation.sources(needle)
+                if sources:
+                    break
+        if schema is not None:
+            sources.extend(_spec_sources(schema, schema_path, value, enums))
         out.append({"path": path, "value": value, "sources": sources, "grounded": bool(sources)})
     return out
 
 
-def _leaves(arguments: dict[str, Any]) -> Iterator[tuple[str, Any, tuple[str, ...]]]:
-    """(JSON path, value, schema path) of every leaf, in argument order; iterative."""
-    stack: list[tuple[str, Any, tuple[str, ...]]] = [("$", arguments, ())]
-    while stack:
-        path, value, schema_path = stack.pop()
-        if isinstance(value, dict):
-            stack.extend((f"{path}.{key}", item, (*schema_path, key)) for key, item in reversed(value.items()))
-        elif isinstance(value, list):
-            stack.extend((f"{path}[{i}]", value[i], (*schema_path, "[]")) for i in range(len(value) - 1, -1, -1))
+def _leaves(arguments: dict[str, Any]) -> list[tuple[str, Any, tuple[str, ...]]]:
+    """(JSON path, value, schema path) of the first `_MAX_VALUES` leaves, in argument order;
+    iterative. Top-level scalars, the usual arguments, skip the stack."""
+    out: list[tuple[str, Any, tuple[str, ...]]] = []
+    for key, value in arguments.items():
+        if not isinstance(value, (dict, list)):
+            out.append((f"$.{key}", value, (key,)))
         else:
-            yield path, value, schema_path
+            stack: list[tuple[str, Any, tuple[str, ...]]] = [(f"$.{key}", value, (key,))]
+            while stack and len(out) < _MAX_VALUES:
+                path, node, schema_path = stack.pop()
+                if isinstance(node, dict):
+                    stack.extend((f"{path}.{k}", item, (*schema_path, k)) for k, item in reversed(node.items()))
+                elif isinstance(node, list):
+                    stack.extend((f"{path}[{i}]", node[i], (*schema_path, "[]")) for i in range(len(node) - 1, -1, -1))
+                else:
+                    out.append((path, node, schema_path))
+        if len(out) >= _MAX_VALUES:
+            return out
+    return out
 
 
 def _needles(value: Any) -> list[str]:
