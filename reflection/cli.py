@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import typer
 
+from reflection._calibrate_cli import calibrate_command
 from reflection._cli_common import open_text_output, refuse_input_as_output, user_errors
 from reflection._json import dumps
 from reflection._log import warnings_to_stderr
@@ -95,7 +96,7 @@ app.command("report", help="Summarise a batch output file (text table or --json)
 app.command("serve", help="Run the reflection service and the OpenAI-compatible gateway (HTTP).")(serve)
 app.command("mcp-proxy", help="Check the tool calls of an MCP server run over stdio: reflection mcp-proxy -- COMMAND ARGS...")(mcp_proxy)
 app.command("calibrate", help="Calibrate thresholds on labelled calls: confusion matrices, sweeps, suggestions.")(
-    __import__("reflection.calibrate", fromlist=["calibrate_command"]).calibrate_command)
+    calibrate_command)
 
 if __name__ == "__main__":  # pragma: no cover - `python -m reflection.cli`, as the `reflection` script
     app()

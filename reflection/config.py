@@ -7,7 +7,6 @@ import fnmatch
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -174,6 +173,8 @@ class ReflectionConfig(BaseSettings):
     def from_file(cls, path: str | Path, **overrides: Any) -> ReflectionConfig:
         """Load a YAML file like `config.example.yaml`; environment variables and
         `overrides` take precedence over the file."""
+        import yaml  # only config files need it: commands without --config start without it
+
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
         if not isinstance(data, dict):
             raise ValueError(f"{path}: the config file must hold a mapping at the top level")
@@ -195,7 +196,7 @@ def load_config(path: str | Path | None = None, *, static_only: bool = False, **
         cfg = ReflectionConfig.from_file(path, **overrides) if path else ReflectionConfig(**_merge_env(overrides))
     except ValidationError as exc:
         raise ConfigError(f"invalid configuration{where}: {_describe(exc)}") from None
-    except yaml.YAMLError as exc:
+    except _yaml_errors(path) as exc:  # evaluated only when an error gets this far
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -207,6 +208,15 @@ def load_config(path: str | Path | None = None, *, static_only: bool = False, **
     except ValueError as exc:  # from_file's own checks (e.g. not a mapping)
         raise ConfigError(f"invalid configuration{where}: {exc}") from None
     return cfg.model_copy(update={"judge": None}) if static_only else cfg
+
+
+def _yaml_errors(path: str | Path | None) -> Any:
+    """The YAML parser's errors, when a file was read (only then is yaml imported)."""
+    if not path:
+        return ()
+    import yaml
+
+    return yaml.YAMLError
 
 
 def _describe(exc: ValidationError) -> str:
