@@ -28,10 +28,12 @@ class LRU:
 
     __slots__ = ("data", "size")
 
-    def __init__(self, size: int = DEFAULT_SIZE):
+    def __init__(self, size: int = DEFAULT_SIZE, *, static_stage: bool = True):
+        """`static_stage`: one of the caches `set_cache_size` resizes."""
         self.data: dict[Any, Any] = {}
         self.size = size
-        _ALL.append(self)
+        if static_stage:
+            _ALL.append(self)
 
     def get(self, key: Any) -> Any:
         """The cached value, or None; a hit becomes the most recently used entry."""

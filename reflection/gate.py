@@ -19,7 +19,6 @@ import logging
 import math
 import threading
 import time
-from collections import OrderedDict
 from typing import Any
 
 import anyio
@@ -27,6 +26,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from reflection import telemetry
+from reflection._lru import LRU
 from reflection.config import GateAction, GatePolicy, ReflectionConfig, RiskTier, ToolRule
 from reflection.formats import express_call, normalize_calls, normalize_history, normalize_tools, raw_calls
 from reflection.judge import Judge, JudgeError, JudgeFatalError
@@ -291,7 +291,7 @@ class MemoryJudgeCache:
         self.max_entries = max_entries
         self.hits = 0
         self.misses = 0
-        self._replies: OrderedDict[str, Any] = OrderedDict()
+        self._replies = LRU(max_entries, static_stage=False)
         # A gate's blocking path runs on its own thread and shares this cache.
         self._lock = threading.Lock()
 
@@ -306,16 +306,12 @@ class MemoryJudgeCache:
                 self.misses += 1
                 return None
             self.hits += 1
-            self._replies.move_to_end(key)
             return value
 
     async def put(self, key: str, value: Any) -> None:
         """Store a validated reply under `key`, evicting the least recently used past the bound."""
         with self._lock:
-            self._replies[key] = value
-            self._replies.move_to_end(key)
-            while len(self._replies) > self.max_entries:
-                self._replies.popitem(last=False)
+            self._replies.put(key, value)
 
 
 def _fatal(exc: BaseException) -> JudgeFatalError | None:

@@ -175,3 +175,22 @@ async def test_reflect_also_gives_one_result_per_tool_use_block_of_an_anthropic_
         {"type": "tool_use", "id": "t2", "name": "get_weather", "input": {"town": "Rome"}}]}
     results = await reflect(message, TOOLS, HISTORY)
     assert [r.overall_valid for r in results] == [True, False]
+
+
+async def test_the_memory_judge_cache_evicts_the_least_recently_used_and_counts_hits():
+    from reflection._lru import DEFAULT_SIZE
+    from reflection.gate import MemoryJudgeCache
+    from reflection.static import set_cache_size
+
+    cache = MemoryJudgeCache(max_entries=2)
+    await cache.put("a", {"score": 1})
+    await cache.put("b", {"score": 2})
+    assert await cache.get("a") == {"score": 1}  # "a" is now the most recently used
+    await cache.put("c", {"score": 3})  # evicts "b"
+    assert (await cache.get("b"), await cache.get("c"), len(cache)) == (None, {"score": 3}, 2)
+    assert (cache.hits, cache.misses) == (2, 1)
+    try:
+        set_cache_size(1)  # the static stage's caches only: the gate's keeps its own bound
+        assert len(cache) == 2 and await cache.get("a") == {"score": 1}
+    finally:
+        set_cache_size(DEFAULT_SIZE)
