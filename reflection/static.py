@@ -207,10 +207,11 @@ def _compiled(schema: dict[str, Any]) -> bytes | _Schema:
                        problem=f"its parameters schema cannot be used: it has {value_problem(schema)}")
     # A 128-bit digest of the canonical JSON: collision-free in practice, and small enough
     # that prepared inventories can hold it (the canonical bytes themselves run to kilobytes).
-    key = blake2b(canonical_bytes(schema), digest_size=16).digest()
+    canonical = canonical_bytes(schema)
+    key = blake2b(canonical, digest_size=16).digest()
     entry = _SCHEMAS.get(key)
     if entry is None:
-        entry = _compile(schema)
+        entry = _compile(schema, refs=b'"$ref"' in canonical)
         _SCHEMAS.put(key, entry)
     return key if entry.validator is not None else entry
 
@@ -227,8 +228,9 @@ def _schema_for(tool: ToolSpec, ref: bytes | _Schema) -> _Schema:
     return entry
 
 
-def _compile(schema: dict[str, Any]) -> _Schema:
-    cycle = _ref_cycle(schema)
+def _compile(schema: dict[str, Any], refs: bool = True) -> _Schema:
+    """`schema` compiled; `refs` False when it is known to hold no `$ref` (no cycle to look for)."""
+    cycle = _ref_cycle(schema) if refs else None
     if cycle is not None:
         return _Schema(schema=schema, validator=None, problem_keyword="$ref", problem=(
             f"its schema has a $ref cycle ({' -> '.join(cycle)}): following it never reaches a check, so it "

@@ -531,7 +531,7 @@ def test_tool_list_with_a_uuid_raises_even_after_the_same_json_was_seen():
 def test_each_distinct_schema_is_compiled_once(monkeypatch):
     compiled = []
     original = static._compile
-    monkeypatch.setattr(static, "_compile", lambda schema: compiled.append(schema) or original(schema))
+    monkeypatch.setattr(static, "_compile", lambda schema, **options: compiled.append(schema) or original(schema, **options))
     schema = {"type": "object", "properties": {"unique_for_this_test": {"type": "integer"}}}
     for value in (1, "x", 2):
         check_call(call({"unique_for_this_test": value}, name="t"), tools_with(schema, "t"))
@@ -552,7 +552,7 @@ def test_schema_cache_keeps_the_schemas_in_use_and_evicts_the_stalest(monkeypatc
     monkeypatch.setattr(static, "_SCHEMAS", LRU(4))
     compiled = []
     real = static._compile
-    monkeypatch.setattr(static, "_compile", lambda schema: compiled.append(schema) or real(schema))
+    monkeypatch.setattr(static, "_compile", lambda schema, **options: compiled.append(schema) or real(schema, **options))
     hot = {"type": "object", "properties": {"hot": {"type": "integer"}}}
     for i in range(12):  # the hot schema between ever-new ones: it must never be compiled again
         check_call(call({"hot": 1}, name="h"), tools_with(hot, "h"))
