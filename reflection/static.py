@@ -521,7 +521,7 @@ def _check_data(call: ToolCall, prepared: _Prepared) -> dict[str, Any]:
     of `StaticResult` in order, as `model_dump(mode="json")` gives them, then `valid`; the
     call and the correction stay `ToolCall`s, and passing checks share one constant.
 
-    The CLI writes it as it is (`rows.static_line`); `_static_result` builds the models
+    The CLI writes it as it is (`rows.plain_row`); `_static_result` builds the models
     from it. Never mutated once returned."""
     failures, warnings = _evaluate(call, prepared)
     if not failures:
