@@ -18,15 +18,18 @@ Workers are forked while the parent has a single thread (`reflection check`, `re
 forking a process that holds threads is unsafe. They ignore SIGINT, so Ctrl-C reaches only the
 parent, which cancels the chunks not started and waits for the few running ones. An
 exception in a worker (a bug) is raised again in the parent; a worker that dies makes the
-pool raise `BrokenProcessPool`. Neither hangs. The parent awaits each chunk on a thread, so
+pool raise `BrokenProcessPool`. Neither hangs. On Linux a worker dies with its parent, even
+one killed with SIGKILL (`_die_with`), so a rerun finds the output unlocked. The parent awaits each chunk on a thread, so
 its event loop can deliver a cancellation (Ctrl-C) while the workers run.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Container, Iterable
@@ -84,10 +87,27 @@ def use_processes(path: Path, config: ReflectionConfig, workers: int) -> bool:
 _worker: dict[str, Any] = {}
 
 
-def _start_worker(flat: bool, skip_ids: Container[str] = frozenset()) -> None:
+def _start_worker(flat: bool, skip_ids: Container[str], parent: int | None) -> None:
+    """`parent`: the pid of the process that forked this worker (None when it started from a
+    fork server, or was spawned)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     signal.set_wakeup_fd(-1)  # a forked worker must not write signals into the parent's event loop
+    _die_with(parent if parent is not None else os.getppid())
     _worker.update(flat=flat, skip_ids=skip_ids)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> None:
+    """On Linux, have the kernel kill this worker when `parent` exits. A parent killed with
+    SIGKILL cannot stop its workers, and forked ones would otherwise wait forever on the task
+    queue (they hold its write end too), keeping the output file, and its lock, open."""
+    if not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it exited before the kernel was asked
+        os._exit(1)
 
 
 def _reflect_chunk(items: list[InputRow | dict[str, Any]]) -> list[Line]:
@@ -187,8 +207,10 @@ async def _in_processes(
     chunks = iter(lambda: list(islice(rows, size)), [])
     pending: deque[Future[list[Any]]] = deque()
     # Forked workers share the parent's resumed ids; others get a copy, once.
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_start_worker,
-                               initargs=(flat, skip_ids))
+    context = _context()
+    forked = context.get_start_method() == "fork"
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
+                               initargs=(flat, skip_ids, os.getpid() if forked else None))
     try:
         for chunk in chunks:
             pending.append(pool.submit(work, chunk))
