@@ -345,15 +345,13 @@ def _static_lines(input: Path, fmt: str, config: ReflectionConfig, *, workers: i
     """The output lines of `input`'s rows not in `skip_ids`, static checks and grounding only, in
     input order: in `workers` processes when `use_processes` says so (JSON Lines go to them
     unparsed; other formats are prepared here), else in this one."""
-    if not use_processes(input, config, workers):
-        items = _prepare(read_source(input, fmt, max_line_bytes=config.max_line_bytes), skip_ids, stats)
-        return _in_process(items, flat)
-    if fmt != "jsonl":
-        items = _prepare(read_source(input, fmt, max_line_bytes=config.max_line_bytes), skip_ids, stats)
-        return reflect_in_processes(items, config, workers=workers, flat=flat)
-    rows = reflect_lines_in_processes(jsonl_lines(input, config.max_line_bytes), config, workers=workers, flat=flat,
-                                      skip_ids=skip_ids)
-    return _settled(rows, _Ids(skip_ids, stats))
+    processes = use_processes(input, config, workers)
+    if processes and fmt == "jsonl":
+        rows = reflect_lines_in_processes(jsonl_lines(input, config.max_line_bytes), config, workers=workers,
+                                          flat=flat, skip_ids=skip_ids)
+        return _settled(rows, _Ids(skip_ids, stats))
+    items = _prepare(read_source(input, fmt, max_line_bytes=config.max_line_bytes), skip_ids, stats)
+    return reflect_in_processes(items, config, workers=workers, flat=flat) if processes else _in_process(items, flat)
 
 
 async def _in_process(items: Iterable[InputRow | dict[str, Any]], flat: bool) -> AsyncIterator[Line]:
