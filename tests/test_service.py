@@ -243,15 +243,17 @@ def test_a_body_over_the_limit_gets_413(client):
     assert "max_body_bytes" in response.json()["detail"]
 
 
-def test_a_chunked_body_over_the_limit_gets_413(client):
+@pytest.mark.parametrize("path", ["/v1/check", "/beta/litellm_basic_guardrail_api"])
+def test_a_chunked_body_over_the_limit_gets_413(client, path):
     def chunks():
         yield b'{"id": "big", "call": {"name": "get_weather", "arguments": {"city": "'
         for _ in range(MAX_BODY // 1024 + 1):
             yield b"x" * 1024
         yield b'"}}}'
 
-    response = client.post("/v1/check", content=chunks())
+    response = client.post(path, content=chunks())
     assert response.status_code == 413
+    assert "max_body_bytes" in response.json()["detail"]
 
 
 def test_requests_over_the_in_flight_limit_get_503_with_retry_after(service):

@@ -18,6 +18,8 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from fastapi import HTTPException
+
 from reflection._json import dumps
 from reflection.service._logging import request_logger
 from reflection.service._metrics import Metrics
@@ -34,8 +36,12 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _QUIET = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
-class _BodyTooLarge(Exception):
-    pass
+class _BodyTooLarge(HTTPException):
+    """A request body over `service.max_body_bytes`: 413. An `HTTPException`, so FastAPI's own
+    body reader passes it on (it turns any other error into a 400)."""
+
+    def __init__(self, limit: int):
+        super().__init__(413, f"request body larger than {limit} bytes (service.max_body_bytes)")
 
 
 class ServiceMiddleware:
@@ -141,17 +147,16 @@ class ServiceMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_body_bytes:
-                    raise _BodyTooLarge
+                    raise _BodyTooLarge(self.max_body_bytes)
             return message
 
         try:
             # asyncio's own timeout (uvicorn runs asyncio): a few times cheaper than anyio's scope.
             async with asyncio.timeout(self.deadline_seconds):
                 await self.app(scope, limited_receive, send)
-        except _BodyTooLarge:
+        except _BodyTooLarge as exc:
             if not response["status"]:
-                await _send_json(send, 413, {"detail": f"request body larger than {self.max_body_bytes} bytes "
-                                                       "(service.max_body_bytes)"}, {})
+                await _send_json(send, 413, {"detail": exc.detail}, {})
         except TimeoutError:
             if not response["status"]:
                 await _send_json(send, 504, {"detail": f"the request took longer than its deadline of "

@@ -25,7 +25,7 @@ from reflection.pipeline import Reflector, _is_parallel
 from reflection.rows import InputRow, RowError, parse_line, read_row, result_row
 from reflection.service import _guardrail
 from reflection.service._metrics import CONTENT_TYPE_LATEST, Metrics
-from reflection.service._middleware import ServiceMiddleware, _BodyTooLarge
+from reflection.service._middleware import ServiceMiddleware
 from reflection.static import check_call, check_calls
 
 __all__ = ["DecisionOut", "ResultRow", "RowIn", "create_app"]
@@ -103,10 +103,7 @@ class _State:
 async def read_json(request: Request) -> Any:
     """The request body as JSON (strict: NaN and trailing data are errors; big integers exact).
     The `tools` member of an object body stays JSON text, as `reflection check` reads it."""
-    try:
-        body = await request.body()
-    except _BodyTooLarge:
-        raise HTTPException(413, "request body larger than the service's max_body_bytes") from None
+    body = await request.body()  # over max_body_bytes: the middleware's 413 (an HTTPException)
     try:
         return parse_line(body)
     except ValueError as exc:
@@ -251,10 +248,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         tools pass through untouched; upstream errors come back unchanged."""
         if state.gateway is None:
             raise HTTPException(404, "no upstream configured: set upstream.base_url in the config to use the gateway")
-        try:
-            raw = await request.body()
-        except _BodyTooLarge:
-            raise HTTPException(413, "request body larger than the service's max_body_bytes") from None
+        raw = await request.body()
         return await state.gateway.handle(raw, request.headers, request.scope.get("state", {}))
 
     routes = [route.path for route in app.routes]  # type: ignore[attr-defined]
