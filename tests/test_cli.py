@@ -85,3 +85,11 @@ def test_score_with_the_stand_in_judge_fills_the_judged_metrics(tmp_path):
     assert judged and all(row["judge_error"] is None for row in rows)
     assert all(row["tool_selection_judged"] == 1.0 for row in judged)
     assert all(row["trajectory_correctness"] == row["trajectory_match"] for row in judged)  # min(match, 1.0)
+
+
+def test_serve_with_an_invalid_config_says_so_once_on_one_line(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("gate:\n  bogus: 1\n")
+    result = runner.invoke(app, ["serve", "--config", str(config)])
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: invalid configuration in {config}: unknown key 'gate.bogus'"

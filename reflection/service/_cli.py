@@ -15,24 +15,21 @@ from pathlib import Path
 
 import typer
 
+from reflection._cli_common import fail
+
 __all__ = ["app_from_env", "mcp_proxy", "serve"]
 
 _CONFIG_ENV = "REFLECTION_SERVE_CONFIG"
 """How `reflection serve` tells its worker processes which config file to load."""
 
 
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(2)
-
-
 def _load(config: Path | None):  # noqa: ANN202 - ReflectionConfig, imported late
-    from reflection.cli import load_config
+    from reflection.config import load_config
 
     try:
         return load_config(config)
-    except ValueError as exc:
-        raise _fail(f"invalid configuration: {exc}") from None
+    except ValueError as exc:  # ConfigError: one line saying what is wrong and where
+        raise fail(str(exc)) from None
 
 
 def _is_loopback(host: str) -> bool:
@@ -56,7 +53,7 @@ def _require_service_extra() -> None:
         import prometheus_client  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        raise _fail(f"the service needs the 'service' extra: pip install \"reflection[service]\" ({exc})") from None
+        raise fail(f"the service needs the 'service' extra: pip install \"reflection[service]\" ({exc})") from None
 
 
 def app_from_env():  # noqa: ANN201 - an ASGI app
@@ -86,7 +83,7 @@ def serve(
 
     cfg = _load(config)
     if not cfg.service.api_keys and not _is_loopback(host) and not insecure_no_auth:
-        raise _fail(f"no API keys configured (service.api_keys or REFLECTION_SERVICE__API_KEYS), so the service "
+        raise fail(f"no API keys configured (service.api_keys or REFLECTION_SERVICE__API_KEYS), so the service "
                     f"listens only on loopback; refusing --host {host}. Configure keys, or pass --insecure-no-auth.")
     if port == 0:
         port = _free_port(host)
@@ -121,7 +118,7 @@ def mcp_proxy(
     try:
         import mcp  # noqa: F401
     except ImportError as exc:
-        raise _fail(f"the MCP proxy needs the 'service' extra: pip install \"reflection[service]\" ({exc})") from None
+        raise fail(f"the MCP proxy needs the 'service' extra: pip install \"reflection[service]\" ({exc})") from None
     import logging.config
 
     import anyio
@@ -134,4 +131,4 @@ def mcp_proxy(
     try:
         anyio.run(run_proxy, command, cfg)
     except OSError as exc:
-        raise _fail(f"cannot start the MCP server {command[0]!r}: {exc}") from None
+        raise fail(f"cannot start the MCP server {command[0]!r}: {exc}") from None
