@@ -181,3 +181,8 @@ def test_the_report_shows_the_real_http_status_and_the_servers_message(failed_ou
     assert reasons and set(reasons.values()) == {len(failed)}
     assert all(reason.endswith(": HTTP 500 from the judge endpoint: internal error (after N request(s))")
                for reason in reasons)
+
+
+@pytest.mark.parametrize("results", [5, [{"semantic": [1]}], [7, {"semantic": {"x": "error"}}], None])
+def test_rows_of_another_shape_are_not_judge_failures_and_do_not_raise(results):
+    assert judge_failed({"id": "a", "overall_valid": None, "results": results}) is False

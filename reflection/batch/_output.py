@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,9 +102,17 @@ def judge_failed(row: dict[str, Any]) -> bool:
     uncertain verdicts are not judge failures: asking again would not change them."""
     if "error" in row or row.get("overall_valid") is not None:
         return False
-    return any(isinstance(check, dict) and check.get("status") == "error"
-               for result in row.get("results") or () if isinstance(result, dict)
-               for check in (result.get("semantic") or {}).values())
+    return any(check.get("status") == "error" for _, check in semantic_checks(row))
+
+
+def semantic_checks(row: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
+    """(name, check) for each semantic check of each result; parts that are not objects are skipped."""
+    results = row.get("results")
+    for result in results if isinstance(results, list) else ():
+        semantic = result.get("semantic") if isinstance(result, Mapping) else None
+        for name, check in semantic.items() if isinstance(semantic, Mapping) else ():
+            if isinstance(check, Mapping):
+                yield str(name), check
 
 
 WRITE_BUFFER = 1 << 18

@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from reflection._terminal import plain
-from reflection.batch._output import iter_output_rows
+from reflection.batch._output import iter_output_rows, semantic_checks
 
 __all__ = ["BatchReport", "ReportBuilder", "FailingCheck", "ErrorReason", "read_report", "render_report", "row_problems"]
 
@@ -111,17 +111,7 @@ def row_problems(row: Mapping[str, Any]) -> list[str]:
     if row.get("error"):
         return [str(row["error"])]
     return [f"{name}: {check.get('error') or 'judge error'}"
-            for name, check in _semantic_checks(row) if check.get("status") == "error"]
-
-
-def _semantic_checks(row: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
-    """(name, check) for each semantic check of each result; parts that are not objects are skipped."""
-    results = row.get("results")
-    for result in results if isinstance(results, list) else ():
-        semantic = result.get("semantic") if isinstance(result, Mapping) else None
-        for name, check in semantic.items() if isinstance(semantic, Mapping) else ():
-            if isinstance(check, Mapping):
-                yield str(name), check
+            for name, check in semantic_checks(row) if check.get("status") == "error"]
 
 
 def row_usage(row: Mapping[str, Any]) -> dict[str, float]:
@@ -140,7 +130,7 @@ def row_usage(row: Mapping[str, Any]) -> dict[str, float]:
 
 def _failed_checks(row: Mapping[str, Any]) -> list[str]:
     failed = [key for key, value in row.items() if key.startswith("static_") and value == 0.0]
-    semantic = {f"semantic_{name}" for name, check in _semantic_checks(row) if check.get("status") == "failed"}
+    semantic = {f"semantic_{name}" for name, check in semantic_checks(row) if check.get("status") == "failed"}
     return failed + sorted(semantic)
 
 
