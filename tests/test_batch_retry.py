@@ -186,3 +186,14 @@ def test_the_report_shows_the_real_http_status_and_the_servers_message(failed_ou
 @pytest.mark.parametrize("results", [5, [{"semantic": [1]}], [7, {"semantic": {"x": "error"}}], None])
 def test_rows_of_another_shape_are_not_judge_failures_and_do_not_raise(results):
     assert judge_failed({"id": "a", "overall_valid": None, "results": results}) is False
+
+
+async def test_a_failed_row_whose_line_is_now_over_max_line_bytes_is_kept_not_lost(failed_output):
+    source, out, failed = failed_output
+    line = next(line for line in source.read_bytes().splitlines() if json.loads(line)["id"] == failed[0])
+    with StandInJudge(idle_timeout=30) as server:
+        limited = judge_config(server).model_copy(update={"max_line_bytes": len(line) - 1})
+        await run_batch(source, out, config=limited)
+    ids = ids_of(out)
+    assert ids.count(failed[0]) == 1  # read as an over-long line now, so not dropped and never re-read
+    assert len(ids) == len(set(ids))

@@ -373,11 +373,12 @@ async def _settled(rows: AsyncIterator[Reflected], ids: _Ids) -> AsyncIterator[L
                 yield verdict if isinstance(verdict, dict) else {"id": rid, "overall_valid": verdict}, line
 
 
-def _input_ids(input: Path, fmt: str, wanted: Container[str]) -> set[str]:
-    """The ids among `wanted` that rows of `input` get (named as `_Ids` names them)."""
+def _input_ids(input: Path, fmt: str, wanted: Container[str], max_line_bytes: int) -> set[str]:
+    """The ids among `wanted` that rows of `input` get (named as `_Ids` names them, and as the
+    run reads them: `max_line_bytes` as the run's)."""
     ids = _Ids(frozenset(), BatchStats())
     found = set()
-    for source in read_source(input, fmt):
+    for source in read_source(input, fmt, max_line_bytes=max_line_bytes):
         rid, _ = ids.name(row_id(source.raw, source.position))
         if rid in wanted:
             found.add(rid)
@@ -402,7 +403,7 @@ async def run_batch(
     """Reflect `input` into the JSON Lines file `output`, resuming where a previous run stopped.
 
     Rows already in `output` (by id) are skipped; a partial last line left by a killed run is
-    cut off first. With a judge configured and `retry_unknown`, rows of the input whose
+    cut off first. With a judge configured and `retry_unknown`, rows of the (regular file) input whose
     written row lacks a verdict because the judge failed (`judge_failed`) are reflected again
     and replace the old rows (see `OutputFile.drop`): ids stay unique. Judge replies are
     cached in SQLite at `cache_path` (default: see `default_cache_path`) unless `cache` is
@@ -428,8 +429,8 @@ async def run_batch(
     started = time.monotonic()
     with OutputFile(output, retry=judge_failed if retry_unknown and config.judge else None) as out:
         stats.truncated_bytes = out.truncated_bytes
-        if out.retry_ids:
-            stats.retried = out.drop(_input_ids(input, fmt, out.retry_ids))
+        if out.retry_ids and input.is_file():  # a pipe can be read once: its rows are kept as they are
+            stats.retried = out.drop(_input_ids(input, fmt, out.retry_ids, config.max_line_bytes))
         done = out.existing_ids
         total = count_rows(input, fmt)
         progress.start(None if total is None else max(0, total - len(done)), len(done))
