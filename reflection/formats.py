@@ -399,7 +399,7 @@ def _read_arguments(raw_args: Any, shape: int) -> tuple[dict[str, Any] | None, s
         # Text that parse_json accepts holds no NaN, infinity, lone surrogate or over-long
         # integer; only its depth is left to tell, and only text with enough brackets can be deep.
         deep = (len(raw_text) > 2 * MAX_DEPTH and raw_text.count("[") + raw_text.count("{") > MAX_DEPTH
-                and value_problem(raw_args))
+                and not require_json_like(raw_args, "call") & SOUND)
         shape = shape | FINITE | SOUND if not deep else (shape | FINITE) & ~SOUND
     if not isinstance(raw_args, dict):
         return None, raw_text, f"arguments must be a JSON object, got {_kind(raw_args)}"
