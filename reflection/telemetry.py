@@ -83,6 +83,8 @@ def reflection_span(tool: str, model: str | None = None) -> contextlib.AbstractC
 
 def judge_span(config: JudgeConfig) -> contextlib.AbstractContextManager[Any]:
     """The client span of one Chat Completions request to the judge."""
+    if _get_tracer() is None:  # telemetry off: no attributes to build, no URL to parse, per request
+        return _NULL
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "openai",
