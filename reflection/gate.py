@@ -200,10 +200,7 @@ class Gate:
         try:
             with anyio.move_on_after(remaining):
                 return await self._reflector._semantic_stage(base, inventory, history, siblings)
-        except (JudgeFatalError, BaseExceptionGroup) as exc:
-            fatal = _fatal(exc)
-            if fatal is None:
-                raise
+        except JudgeFatalError as fatal:  # run_semantic unwraps it from its task group
             key = f"fatal {fatal.status}"
             if key not in self._logged:  # once per gate: every later call would say the same
                 self._logged.add(key)
@@ -312,18 +309,6 @@ class MemoryJudgeCache:
         """Store a validated reply under `key`, evicting the least recently used past the bound."""
         with self._lock:
             self._replies.put(key, value)
-
-
-def _fatal(exc: BaseException) -> JudgeFatalError | None:
-    """The `JudgeFatalError` that `exc` is or holds (per-check requests run in a task group)."""
-    if isinstance(exc, JudgeFatalError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _fatal(inner)
-            if found is not None:
-                return found
-    return None
 
 
 def _grounded(grounding: tuple[ValueGrounding, ...]) -> bool:
