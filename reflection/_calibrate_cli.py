@@ -38,18 +38,24 @@ def calibrate_command(
     import anyio
     from rich.console import Console
 
+    from reflection._cli_common import plain, refuse_input_as_output
     from reflection._judge_config import JudgeFatalError
+    from reflection._log import warnings_to_stderr
     from reflection.batch.runner import default_cache_path
-    from reflection.calibrate import (LabelError, Observation, _printable, _render, _write, calibrate, observe,
-                                      read_labeled, write_plots)
+    from reflection.calibrate import LabelError, Observation, _render, _write, calibrate, observe, read_labeled, write_plots
     from reflection.config import load_config
 
     def fail(message: str) -> typer.Exit:
-        typer.echo(f"error: {_printable(message)}", err=True)
+        # Not _cli_common.fail: a LabelError lists one unusable row per line.
+        typer.echo(f"error: {plain(message)}", err=True)
         return typer.Exit(2)
 
-    if labeled.resolve() in {p.resolve() for p in (output, snippet) if p is not None}:
-        raise fail("the report and the snippet must not overwrite the labelled file")
+    warnings_to_stderr()  # judge warnings can quote a server: one plain line each, as in every command
+    try:
+        refuse_input_as_output(output, labeled)
+        refuse_input_as_output(snippet, labeled, option="--snippet")
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     for path in (output, snippet):
         if path is not None and path.is_dir():
             raise fail(f"{path} is a directory; give a file name")
@@ -99,7 +105,7 @@ def calibrate_command(
     err.print("; ".join(notes), markup=False)
     for obs in observations:
         if obs.error is not None:
-            err.print(_printable(f"row {obs.row.id}: {obs.error}"), markup=False)
+            err.print(plain(f"row {obs.row.id}: {obs.error}"), markup=False)
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(width=120, highlight=False)

@@ -345,11 +345,6 @@ class CalibrationReport(_Model):
         return "\n".join(lines) + "\n"
 
 
-def _printable(text: str) -> str:
-    """Row data for a terminal: control characters spelled out, never interpreted."""
-    return "".join(ch if ch.isprintable() or ch in "\n " else f"\\x{ord(ch):02x}" for ch in text)
-
-
 def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 

@@ -1,6 +1,7 @@
 """`reflection calibrate`: counts, sweeps and suggestions from a judge scripted row by row."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -281,3 +282,12 @@ def test_the_shipped_set_covers_every_check_and_its_static_labels_agree_with_the
     assert len(static) >= 6
     for name in static:
         assert report[name]["confusion"]["fp"] == 0 and report[name]["confusion"]["fn"] == 0, name
+
+
+def test_a_report_that_is_the_labelled_file_through_a_hard_link_is_refused(tmp_path, labelled_file):
+    link = tmp_path / "also-labels.json"
+    os.link(labelled_file, link)
+    before = labelled_file.read_bytes()
+    result = runner.invoke(app, ["calibrate", str(labelled_file), "-o", str(link)])
+    assert result.exit_code == 2 and "is the input file" in result.stderr
+    assert labelled_file.read_bytes() == before
