@@ -25,6 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from reflection._json import dumps, json_type
+from reflection._lru import LRU
 from reflection.model import ToolCall, _trusted
 
 NAME_CUTOFF = 0.8
@@ -210,9 +211,7 @@ def _loose_matches(value: Any, options: tuple[Any, ...]) -> list[Any]:
         index = hit[1]
     else:
         index = _loose_index(options)
-        while len(_INDEXES) >= _INDEX_CACHE_SIZE:
-            _INDEXES.pop(next(iter(_INDEXES)))  # first in, first out
-        _INDEXES[id(options)] = (options, index)  # the entry keeps `options` alive: its id stays its own
+        _INDEXES.put(id(options), (options, index))  # the entry keeps `options` alive: its id stays its own
     if isinstance(value, str):
         return index.get(("fold", value.strip().casefold()), []) + index.get(("dumps", value.strip()), [])
     if isinstance(value, _SCALARS):
@@ -220,8 +219,7 @@ def _loose_matches(value: Any, options: tuple[Any, ...]) -> list[Any]:
     return []
 
 
-_INDEX_CACHE_SIZE = 256
-_INDEXES: dict[int, tuple[tuple[Any, ...], dict[tuple[str, str], list[Any]]]] = {}
+_INDEXES = LRU(256, static_stage=False)  # id(options) -> (options, their index)
 
 
 def _loose_index(options: tuple[Any, ...]) -> dict[tuple[str, str], list[Any]]:

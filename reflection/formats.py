@@ -18,6 +18,7 @@ from reflection._json import (
     SOUND,
     JSONTooDeep,
     canonical_bytes,
+    dumps,
     has_non_finite,
     parse_json,
     printable,
@@ -438,8 +439,6 @@ def express_call(raw: Any, call: ToolCall) -> Any:
     string when they came as one), an Anthropic `tool_use` block stays one, a plain call keeps
     its argument key, JSON text stays JSON text and a `ToolCall` stays a `ToolCall`. Fields
     the call does not carry (id, type, extra keys) are kept from `raw`."""
-    from reflection._json import dumps  # only a correction being sent back needs it
-
     if isinstance(raw, ToolCall):
         return call
     if isinstance(raw, (str, bytes)):

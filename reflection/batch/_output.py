@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from reflection._json import dumps, parse_json
+from reflection._json import dumps_line, parse_json
 
 try:
     import fcntl
@@ -233,7 +233,7 @@ class OutputFile:
 
     def write(self, row: dict[str, Any]) -> None:
         """Append one row as one line."""
-        self.write_line((dumps(row) + "\n").encode())
+        self.write_line(dumps_line(row))
 
     def write_line(self, data: bytes) -> None:
         """Append one row already serialised: its JSON text and the newline (the worker
