@@ -157,13 +157,18 @@ def meteor(prediction: str, reference: str, *, wordnet: str | Path | None = None
     none, or with `synonyms=False`, METEOR runs with exact and stem matching only. Two answers
     with no tokens at all score 1.0 when they are equal after normalisation, else 0.0.
     """
+    return _meteor(prediction, reference, find_wordnet(wordnet) if synonyms else None)
+
+
+def _meteor(prediction: str, reference: str, wordnet_folder: Path | None) -> float:
+    """`meteor` with the WordNet folder already found (None: no synonym stage), for callers
+    scoring many rows with one WordNet."""
     from nltk.translate.meteor_score import meteor_score  # type: ignore[import-untyped]
 
     hypothesis, expected = _tokens(prediction), _tokens(reference)
     if not hypothesis or not expected:
         return exact_match(prediction, reference) if not hypothesis and not expected else 0.0
-    folder = find_wordnet(wordnet) if synonyms else None
-    reader = _wordnet_reader(str(folder)) if folder is not None else _NO_SYNONYMS
+    reader = _wordnet_reader(str(wordnet_folder)) if wordnet_folder is not None else _NO_SYNONYMS
     return float(meteor_score([expected], hypothesis, wordnet=reader))
 
 
