@@ -141,6 +141,8 @@ class Gate:
         raws = raw_calls(call)
         if len(raws) != len(calls):  # cannot happen for shapes normalize_calls reads; keep the internal form
             raws = list(calls)
+        if len(calls) == 1:  # no siblings: the same decision without a task group
+            return [await self._decide(raws[0], calls[0], inventory, conversation, (), started)]
         decisions: list[Decision | None] = [None] * len(calls)
 
         async def run(i: int) -> None:

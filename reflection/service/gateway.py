@@ -32,7 +32,6 @@ from starlette.responses import Response, StreamingResponse
 
 from reflection._json import dumps, parse_json, parse_json_keeping
 from reflection.config import UpstreamConfig
-from reflection.pipeline import _is_parallel
 from reflection.service._middleware import AUTH_HEADER
 
 __all__ = ["Gateway"]
@@ -240,11 +239,7 @@ class Gateway:
                       round_: int = 0, messages: list[Any] | None = None) -> list[_Outcome]:
         """Gate `calls` (one reply's) and resolve each decision into outcomes, re-asking for refused calls."""
         history = messages if messages is not None else _messages(body)
-        if len(calls) == 1 and isinstance(calls[0], dict) and not _is_parallel(calls[0]):
-            # One call: the gate's single-call path gives the same decision without a task group.
-            decisions = [await self.gate.check(calls[0], body.get("tools"), history)]
-        else:
-            decisions = await self.gate.check(list(calls), body.get("tools"), history)
+        decisions = await self.gate.check(list(calls), body.get("tools"), history)
         for decision in decisions:
             self.metrics.observe_decision(decision)
             turn.decisions.append(_decision_entry(decision, round_))
