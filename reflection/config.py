@@ -81,7 +81,12 @@ class GatePolicy(BaseModel):
     on_invalid: Literal["reflect", "deny", "escalate"] = "reflect"
     """The action for an invalid call that no verified correction fixes."""
     apply_corrections: bool = True
-    """`modify` a call whose only problems a verified static correction fixes."""
+    """`modify` a call whose only problems a verified static correction fixes (type coercions:
+    a correction that removes arguments is only ever suggested, see `apply_renames` for names)."""
+    apply_renames: bool = False
+    """Also `modify` when the correction renames the tool (`Get_Weather` to `get_weather`). Off by
+    default: a rename is a guess, so the model is asked again with a "did you mean" suggestion.
+    When on, the rules and risk tier of the tool that would run decide."""
     tools: tuple[ToolRule, ...] = ()
     """Per-tool rules; the first whose glob matches the tool name applies."""
     default_risk: RiskTier = "low"

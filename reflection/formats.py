@@ -26,6 +26,7 @@ from reflection._json import (
     value_problem,
 )
 from reflection._lru import LRU
+from reflection._own_words import strip_own_words
 from reflection.model import History, Message, SpecProblem, ToolCall, ToolInventory, ToolSpec, _trusted_from
 
 __all__ = ["normalize_tools", "normalize_call", "normalize_calls", "normalize_history"]
@@ -476,11 +477,12 @@ def normalize_history(raw: Any) -> History:
     if isinstance(raw, History):
         found = [_message_problem(m) for m in raw.messages]
         if not any(found):
-            return raw
+            return _without_own_words(raw)
         # Hand-built messages that cannot be checked or sent on are skipped, as read ones are.
-        return History(messages=tuple(m for m, problem in zip(raw.messages, found) if problem is None),
-                       problems=(*raw.problems, *(f"history message #{i} was skipped: {problem}"
-                                                  for i, problem in enumerate(found) if problem)))
+        return _without_own_words(History(
+            messages=tuple(m for m, problem in zip(raw.messages, found) if problem is None),
+            problems=(*raw.problems, *(f"history message #{i} was skipped: {problem}"
+                                       for i, problem in enumerate(found) if problem))))
     if isinstance(raw, bytes):  # JSON text (a dataset row's history too deep to parse with the row)
         try:
             raw = parse_json(raw)
@@ -519,7 +521,23 @@ def normalize_history(raw: Any) -> History:
                 if call.id:
                     tool_names[call.id] = call.name
             messages.append(message)
-    return _trusted_from(History, {"messages": tuple(messages), "problems": tuple(problems)})
+    return _without_own_words(_trusted_from(History, {"messages": tuple(messages), "problems": tuple(problems)}))
+
+
+def _without_own_words(history: History) -> History:
+    """`history` with the gate's own feedback removed from every message and labelled: it is
+    never evidence for a value nor conversation for the judge (see `reflection._own_words`)."""
+    messages = list(history.messages)
+    changed = False
+    for i, message in enumerate(messages):
+        if message.content:
+            stripped = strip_own_words(message.content)
+            if stripped is not None:
+                messages[i] = message.model_copy(update={"content": stripped})
+                changed = True
+    if not changed:
+        return history
+    return history.model_copy(update={"messages": tuple(messages)})
 
 
 def _plain_message(**fields: Any) -> Message:

@@ -27,11 +27,12 @@ from pydantic import BaseModel, ConfigDict
 
 from reflection import telemetry
 from reflection._lru import LRU
+from reflection._own_words import remember
 from reflection.config import GateAction, GatePolicy, ReflectionConfig, RiskTier, ToolRule
 from reflection.formats import express_call, normalize_calls, normalize_history, normalize_tools, raw_calls
 from reflection.judge import Judge, JudgeError, JudgeFatalError
 from reflection.model import History, JudgeUsage, ReflectionResult, ToolCall, ToolInventory, ValueGrounding
-from reflection.pipeline import NO_JUDGE, STATIC_FAILED, Reflector, _is_parallel
+from reflection.pipeline import NO_JUDGE, STATIC_FAILED, Reflector, _is_parallel, assessable, siblings
 from reflection.verdict import overall_valid
 
 __all__ = ["Decision", "Gate", "GatePolicy", "MemoryJudgeCache", "ToolRule"]
@@ -128,26 +129,32 @@ class Gate:
         if self._owns_judge and self.judge is not None:
             _SyncRunner.run_once(self.judge.aclose())
 
-    async def check(self, call: Any, tools: Any, history: Any = None) -> Decision | list[Decision]:
+    async def check(self, call: Any, tools: Any, history: Any = None, *,
+                    started: float | None = None) -> Decision | list[Decision]:
         """Decide on a proposed call. One call gives one `Decision`; several (a list, or an
         assistant message with `tool_calls` or `tool_use` blocks) give one per call, in order,
-        each reflected with the others as context. Accepts every shape `reflect()` accepts."""
-        started = time.perf_counter()
+        each reflected with the others as context. Accepts every shape `reflect()` accepts.
+
+        `started` (a `time.perf_counter()` reading) is when the request arrived: the policy's
+        deadline counts from it, so time spent queueing counts too. Default: now."""
+        if started is None:
+            started = time.perf_counter()
         calls = normalize_calls(call)
         inventory = normalize_tools(tools)
         conversation = normalize_history(history)
         if not _is_parallel(call):
-            return await self._decide(call, calls[0], inventory, conversation, (), started)
+            return await self._decide(call, tuple(calls), 0, inventory, conversation, started)
         raws = raw_calls(call)
         if len(raws) != len(calls):  # cannot happen for shapes normalize_calls reads; keep the internal form
             raws = list(calls)
-        if len(calls) == 1:  # no siblings: the same decision without a task group
-            return [await self._decide(raws[0], calls[0], inventory, conversation, (), started)]
+        group = tuple(calls)
+        if self.judge is None or len(calls) == 1:
+            # Nothing to wait for side by side: one pass, linear in the number of calls.
+            return [await self._decide(raws[i], group, i, inventory, conversation, started) for i in range(len(calls))]
         decisions: list[Decision | None] = [None] * len(calls)
 
         async def run(i: int) -> None:
-            siblings = tuple(c for j, c in enumerate(calls) if j != i)
-            decisions[i] = await self._decide(raws[i], calls[i], inventory, conversation, siblings, started)
+            decisions[i] = await self._decide(raws[i], group, i, inventory, conversation, started)
 
         async with anyio.create_task_group() as tg:
             for i in range(len(calls)):
@@ -163,28 +170,35 @@ class Gate:
 
     # --- one decision ------------------------------------------------------------------
 
-    async def _decide(self, raw: Any, call: ToolCall, inventory: ToolInventory, history: History,
-                      siblings: tuple[ToolCall, ...], started: float) -> Decision:
+    async def _decide(self, raw: Any, calls: tuple[ToolCall, ...], index: int, inventory: ToolInventory,
+                      history: History, started: float) -> Decision:
+        call = calls[index]
         with telemetry.gate_span(call.name) as span:
-            decision = await self._decide_traced(raw, call, inventory, history, siblings, started)
+            decision = await self._decide_traced(raw, calls, index, inventory, history, started)
             telemetry.record_decision(span, decision)
             return decision
 
-    async def _decide_traced(self, raw: Any, call: ToolCall, inventory: ToolInventory, history: History,
-                             siblings: tuple[ToolCall, ...], started: float) -> Decision:
+    async def _decide_traced(self, raw: Any, calls: tuple[ToolCall, ...], index: int, inventory: ToolInventory,
+                             history: History, started: float) -> Decision:
         policy = self.policy
+        call = calls[index]
         rule = policy.rule_for(call.name)
-        risk: RiskTier = rule.risk if rule is not None and rule.risk is not None else policy.default_risk
         if rule is not None and rule.checks == "skip":
             return self._finish("allow", raw, call, f"tool matched skip rule {rule.match!r}", None, started)
         model = self.judge.config.model if self.judge is not None else None
         with telemetry.reflection_span(call.name, model) as span:
             base = self._reflector._static_stage(call, inventory, history)
             static = base["static"]
-            correctable = not static.valid and static.correction is not None and policy.apply_corrections
+            correctable = not static.valid and static.correction is not None and policy.apply_corrections \
+                and _applicable(call, static.correction, policy)
+            # Rules and risk follow the call that would run: a rename the policy applies runs another tool.
+            runs = static.correction.name if correctable and static.correction is not None else call.name
+            if runs != call.name:
+                rule = policy.rule_for(runs)
+            risk: RiskTier = rule.risk if rule is not None and rule.risk is not None else policy.default_risk
             skipped = self._judge_skipped(rule, risk, base, correctable)
             if skipped is None:
-                result = await self._ask_judge(base, inventory, history, siblings, started)
+                result = await self._ask_judge(base, inventory, history, siblings(calls, index), started)
             else:
                 result = ReflectionResult(**base, judge_skipped=skipped, overall_valid=overall_valid(static, {}))
             telemetry.record_result(span, result)
@@ -209,17 +223,17 @@ class Gate:
                 logger.error("%s; until it is fixed every judged decision falls back to the judge-failure policy%s",
                              fatal, " (check the judge's API key, judge.api_key_env)" if fatal.status in (401, 403) else "")
             failed = JudgeError(str(fatal))
-            return self._reflector._verdict(base, dict.fromkeys(self.config.checks, failed), JudgeUsage())
+            return self._reflector._verdict(base, dict.fromkeys(assessable(self.config.checks, history), failed), JudgeUsage(), history)
         # Past the deadline. The requests already sent are not counted: their usage never arrived.
         late = JudgeError(f"{DEADLINE_PASSED} ({self.policy.deadline_ms:g} ms)")
-        return self._reflector._verdict(base, dict.fromkeys(self.config.checks, late), JudgeUsage())
+        return self._reflector._verdict(base, dict.fromkeys(assessable(self.config.checks, history), late), JudgeUsage(), history)
 
     def _judge_skipped(self, rule: ToolRule | None, risk: RiskTier, base: dict[str, Any], correctable: bool) -> str | None:
         """Why the judge is not asked about this call, or None to ask it."""
         if self.judge is None or not self.config.checks:
             return NO_JUDGE
-        if rule is not None and rule.checks == "static":
-            return f"tool matched static rule {rule.match!r}: static checks only"
+        if rule is not None and rule.checks in ("static", "skip"):  # skip: the rule of a renamed call's tool
+            return f"tool matched {rule.checks} rule {rule.match!r}: static checks only"
         if not base["static"].valid and not correctable and not self.config.continue_on_static:
             return STATIC_FAILED
         if self.policy.judge_when == "ungrounded" and risk == "low" and _grounded(base["grounding"]):
@@ -230,7 +244,10 @@ class Gate:
         static = result.static
         if not static.valid and not correctable:
             failing = [name for name, check in static.checks.items() if not check.passed]
-            return self.policy.on_invalid, "static checks failed: " + ", ".join(failing)
+            why = "static checks failed: " + ", ".join(failing)
+            if static.correction is not None and self.policy.apply_corrections:
+                why += f"; the correction {_suggestion_only(result.call, static.correction)}, so it is only suggested"
+            return self.policy.on_invalid, why
         failed = [name for name, check in result.semantic.items() if check.status == "failed"]
         if failed:
             return self.policy.on_invalid, "judge checks failed: " + ", ".join(failed)
@@ -263,6 +280,7 @@ class Gate:
         if action == "modify" and result is not None and result.static.correction is not None:
             run = express_call(raw, result.static.correction)
         feedback = result.feedback() if action in _BLOCKING and result is not None else None
+        remember(feedback)  # so it never counts as evidence when it comes back in a conversation
         if self.policy.shadow:
             shadow_action, action, run, feedback = action, "allow", raw, None
             reason = f"shadow mode, would {shadow_action}: {reason}"
@@ -316,6 +334,34 @@ class MemoryJudgeCache:
 def _grounded(grounding: tuple[ValueGrounding, ...]) -> bool:
     """Every argument value found in the conversation (or equal to the spec's default)."""
     return all(any(source.kind in _TRUSTED_SOURCES for source in value.sources) for value in grounding)
+
+
+def _applicable(call: ToolCall, correction: ToolCall, policy: GatePolicy) -> bool:
+    """Whether the gate may run `correction` in place of `call`: never when it removes arguments
+    (a filter or a safety flag may be among them), and a rename only when the policy allows it."""
+    if _removes(call.arguments, correction.arguments):
+        return False
+    return correction.name == call.name or policy.apply_renames
+
+
+def _suggestion_only(call: ToolCall, correction: ToolCall) -> str:
+    """Why a correction is suggested rather than applied, for the decision's reason."""
+    if _removes(call.arguments, correction.arguments):
+        return "removes arguments"
+    return "renames the tool"
+
+
+def _removes(original: Any, corrected: Any) -> bool:
+    """`corrected` lacks a key or an item that `original` has, at any depth."""
+    if isinstance(original, dict):
+        if not isinstance(corrected, dict):
+            return bool(original)
+        return any(key not in corrected or _removes(value, corrected[key]) for key, value in original.items())
+    if isinstance(original, list):
+        if not isinstance(corrected, list):
+            return bool(original)
+        return len(corrected) < len(original) or any(_removes(a, b) for a, b in zip(original, corrected))
+    return False
 
 
 def _short(text: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from reflection._json import dumps
+from reflection._own_words import FEEDBACK_MARKER
 
 STATIC_CHECKS: tuple[str, ...] = (
     "non_existent_function",
@@ -342,8 +343,7 @@ class ReflectionResult(_Frozen):
             return None
         if max_chars < 20:
             raise ValueError(f"max_chars must be at least 20, got {max_chars}")
-        name = _plain(self.call.name) or "(no name)"
-        lines = [f"The call to {name} was not run. Fix these problems and propose the call again:"]
+        lines = [f"The call to {_quoted(self.call.name)} {FEEDBACK_MARKER}:"]
         for check in STATIC_CHECKS:
             result = self.static.checks[check]
             if result.passed:
@@ -351,10 +351,7 @@ class ReflectionResult(_Frozen):
             if not result.findings:
                 lines.append(f"- {check}")
             for finding in result.findings[:_FEEDBACK_FINDINGS]:
-                # The checker's messages name the path and what was expected; others may not.
-                message = _plain(finding.message)
-                where = "" if message.startswith(finding.path) else f"{_plain(finding.path)}: "
-                lines.append(f"- {check}: {where}{message}")
+                lines.append(f"- {check}: {_finding_text(finding)}")
             if len(result.findings) > _FEEDBACK_FINDINGS:
                 lines.append(f"  ({len(result.findings) - _FEEDBACK_FINDINGS} more like this)")
         for check in SEMANTIC_CHECKS:
@@ -372,9 +369,11 @@ class ReflectionResult(_Frozen):
                              f"{_plain(semantic.explanation) or 'no explanation given'}")
             elif semantic.status == "error":
                 lines.append(f"- {check} could not be checked: {_plain(semantic.error or 'the judge failed')}")
+            elif semantic.status == "skipped":
+                lines.append(f"- {check} not assessed: {_plain(semantic.explanation) or 'not assessable here'}")
         correction = self.static.correction
         if correction is not None:
-            lines.append(f"Corrected call (passes the static checks): {_plain(correction.name)} "
+            lines.append(f"Suggested call (passes the static checks): {_quoted(correction.name)} "
                          f"{_plain_value(correction.arguments)}")
         text = "\n".join(lines)
         return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
@@ -391,14 +390,16 @@ class ReflectionResult(_Frozen):
             pointed = _mentions(said, key.lower()) or (len(text) >= 2 and _mentions(said, text)) or (
                 suggested is not None and key in suggested and suggested[key] != (self.call.arguments or {}).get(key))
             if not value.grounded:
-                out.append(f"{_plain(value.path)} (value {_plain_value(value.value)} not found in the conversation)")
+                out.append(f"{_path(value.path)} (value {_plain_value(value.value)} not found in the conversation)")
             elif pointed:
-                out.append(_plain(value.path))
+                out.append(_path(value.path))
         return out
 
 
 _FEEDBACK_FINDINGS = 5
 _FEEDBACK_TEXT = 300
+_NAME_TEXT = 120
+_PLAIN_PATH = re.compile(r"[\w$.\[\]-]*")
 
 
 def _plain(text: str, limit: int = _FEEDBACK_TEXT) -> str:
@@ -407,6 +408,28 @@ def _plain(text: str, limit: int = _FEEDBACK_TEXT) -> str:
     cleaned = "".join(" " if unicodedata.category(ch)[0] in "CZ" else ch for ch in text)
     cleaned = " ".join(cleaned.split())
     return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
+
+
+def _quoted(text: str, limit: int = _NAME_TEXT) -> str:
+    """A model- or tool-supplied name as one bounded, quoted plain string: it reads as data in
+    feedback, never as an instruction ("SYSTEM: ..." in a tool name stays inside its quotes)."""
+    return dumps(_plain(text, limit) or "(no name)")
+
+
+def _path(path: str) -> str:
+    """An argument path as written when it is plain (`$.items[0].qty`), else quoted: paths
+    carry the call's own keys."""
+    return path if _PLAIN_PATH.fullmatch(path) else _quoted(path, _FEEDBACK_TEXT)
+
+
+def _finding_text(finding: Finding) -> str:
+    """A finding's message with its path quoted when the path carries unusual keys."""
+    message = _plain(finding.message)
+    plain_path = _plain(finding.path)
+    shown = _path(finding.path)
+    if message.startswith(plain_path):
+        return shown + message[len(plain_path):]
+    return f"{shown}: {message}"
 
 
 def _mentions(text: str, needle: str) -> bool:
@@ -429,7 +452,7 @@ def _correction_lines(correction: SemanticCorrection | None) -> list[str]:
     if correction.suggested_arguments is not None:
         lines.append(f"  suggested arguments: {_plain_value(correction.suggested_arguments)}")
     if correction.better_function:
-        lines.append(f"  better tool: {_plain(correction.better_function)}")
+        lines.append(f"  better tool: {_quoted(correction.better_function)}")
     if correction.missing_prerequisite:
         lines.append(f"  first: {_plain(correction.missing_prerequisite)}")
     return lines

@@ -13,7 +13,15 @@ from reflection import telemetry
 from reflection.config import ReflectionConfig
 from reflection.formats import normalize_calls, normalize_history, normalize_tools
 from reflection.grounding import _ground_data, _groundings
-from reflection.model import _ZERO_USAGE, History, ReflectionResult, ToolCall, ToolInventory
+from reflection.model import (
+    _ZERO_USAGE,
+    History,
+    JudgeUsage,
+    ReflectionResult,
+    SemanticCheckResult,
+    ToolCall,
+    ToolInventory,
+)
 from reflection.static import _check_data, _prepare, _static_result
 from reflection.verdict import judge_check, overall_valid
 
@@ -34,6 +42,21 @@ def _is_parallel(call: Any) -> bool:
     return isinstance(call, (list, tuple)) or (isinstance(call, Mapping) and (
         isinstance(call.get("tool_calls"), list)
         or (call.get("role") == "assistant" and isinstance(call.get("content"), list))))
+
+
+_SIBLINGS = 16
+"""Other calls of the same turn shown to the judge with each call: enough to see a plan, and
+bounded so a turn of thousands of calls costs linear work, not quadratic."""
+
+
+def siblings(calls: Sequence[ToolCall], index: int) -> tuple[ToolCall, ...]:
+    """The other calls of `calls`' turn that the judge sees beside `calls[index]` (the nearest
+    ones, at most `_SIBLINGS`)."""
+    if len(calls) <= 1:
+        return ()
+    half = _SIBLINGS // 2
+    lo = max(0, min(index - half, len(calls) - 1 - _SIBLINGS))
+    return tuple(c for c in calls[lo:lo + _SIBLINGS + 1] if c is not calls[index])[:_SIBLINGS]
 
 
 class Reflector:
@@ -78,11 +101,12 @@ class Reflector:
         conversation = normalize_history(history)
         if not _is_parallel(call):
             return await self._reflect_one(calls[0], inventory, conversation, ())
+        if self.judge is None or not self.config.checks or len(calls) == 1:  # one pass, no tasks
+            return [await self._reflect_one(c, inventory, conversation, siblings(calls, i)) for i, c in enumerate(calls)]
         results: list[ReflectionResult | None] = [None] * len(calls)
 
         async def run(i: int) -> None:
-            siblings = tuple(c for j, c in enumerate(calls) if j != i)
-            results[i] = await self._reflect_one(calls[i], inventory, conversation, siblings)
+            results[i] = await self._reflect_one(calls[i], inventory, conversation, siblings(calls, i))
 
         try:
             async with anyio.create_task_group() as tg:
@@ -151,21 +175,49 @@ class Reflector:
 
         assert self.judge is not None
         call: ToolCall = base["call"]
+        checks = assessable(self.config.checks, history)
+        if not checks:  # every configured check needs a conversation and there is none
+            return self._verdict(base, {}, JudgeUsage(), history)
         request = SemanticRequest(call=call, spec=inventory.get(call.name), inventory=inventory, history=history,
                                   grounding=base["grounding"], parallel_calls=siblings)
         replies, usage = await run_semantic(
-            self.judge, request, self.config.checks, mode=self.config.mode,
+            self.judge, request, checks, mode=self.config.mode,
             token_budget=self.config.history_token_budget, prompts_dir=self.config.prompts_dir,
         )
-        return self._verdict(base, replies, usage)
+        return self._verdict(base, replies, usage, history)
 
-    def _verdict(self, base: dict[str, Any], replies: dict[str, Any], usage: Any) -> ReflectionResult:
-        """The result from the judge's replies (or `JudgeError`s), with thresholds applied."""
-        semantic = {
-            name: judge_check(reply, self.config.thresholds[name], self.config.uncertain_below)
-            for name, reply in replies.items()
-        }
+    def _verdict(self, base: dict[str, Any], replies: dict[str, Any], usage: Any, history: History) -> ReflectionResult:
+        """The result from the judge's replies (or `JudgeError`s), with thresholds applied; the
+        configured checks that need a conversation `history` lacks are `skipped`, not assessed."""
+        semantic = {}
+        for name in self.config.checks:
+            if name in replies:
+                semantic[name] = judge_check(replies[name], self.config.thresholds[name], self.config.uncertain_below)
+            elif not has_conversation(history):
+                semantic[name] = NOT_ASSESSABLE
         return ReflectionResult(**base, semantic=semantic, usage=usage, overall_valid=overall_valid(base["static"], semantic))
+
+
+NEEDS_CONVERSATION = frozenset({"general_hallucination_check", "function_selection_appropriateness",
+                                "agentic_constraints_satisfaction"})
+"""Judge checks that ask what the user wanted or what the conversation supports: with no
+user turn they cannot be assessed (the value-format check needs only the call and its spec)."""
+
+NOT_ASSESSABLE = SemanticCheckResult(
+    status="skipped", explanation="not assessable: no conversation was given, and this check needs the user's request")
+"""A judge check that needs a conversation, where none was given: not failed, not asked."""
+
+
+def has_conversation(history: History) -> bool:
+    """Whether `history` has a user turn with text: what the conversation checks rest on."""
+    return any(m.role == "user" and m.content for m in history.messages)
+
+
+def assessable(checks: tuple[str, ...], history: History) -> tuple[str, ...]:
+    """The configured `checks` the judge can assess with `history`."""
+    if has_conversation(history):
+        return checks
+    return tuple(name for name in checks if name not in NEEDS_CONVERSATION)
 
 
 def _static_data(call: ToolCall, inventory: ToolInventory, history: History, grounding: bool = True) -> dict[str, Any]:

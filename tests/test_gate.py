@@ -66,7 +66,7 @@ async def test_corrections_are_not_applied_when_the_policy_says_so(fake_judge):
         decision = await g.check(FIXABLE_OPENAI_CALL, TOOLS, HISTORY)
     assert decision.action == "reflect" and decision.call is FIXABLE_OPENAI_CALL
     assert decision.reason == "static checks failed: incorrect_parameter_type"
-    assert "Corrected call (passes the static checks): book_flight" in decision.feedback
+    assert 'Suggested call (passes the static checks): "book_flight"' in decision.feedback
     assert fake_judge.requests == []
 
 
@@ -147,9 +147,18 @@ def test_an_unknown_policy_key_is_a_clear_error():
 
 
 
-async def test_json_text_in_gives_json_text_out_and_a_misspelt_tool_is_renamed(fake_judge):
+async def test_a_misspelt_tool_is_only_suggested_by_default(fake_judge):
     text = '{"id": "call_9", "type": "function", "function": {"name": "book_fligt", "arguments": "{\\"city\\": \\"Paris\\"}"}}'
     async with gate(fake_judge) as g:
+        decision = await g.check(text, TOOLS, HISTORY)
+    assert decision.action == "reflect" and decision.call == text
+    assert decision.reason.endswith("the correction renames the tool, so it is only suggested")
+    assert 'Suggested call (passes the static checks): "book_flight" {"city":"Paris"}' in decision.feedback
+
+
+async def test_json_text_in_gives_json_text_out_and_a_misspelt_tool_is_renamed_when_the_policy_allows(fake_judge):
+    text = '{"id": "call_9", "type": "function", "function": {"name": "book_fligt", "arguments": "{\\"city\\": \\"Paris\\"}"}}'
+    async with gate(fake_judge, apply_renames=True) as g:
         decision = await g.check(text, TOOLS, HISTORY)
     assert decision.action == "modify" and decision.tool == "book_fligt"
     assert decision.call == ('{"id":"call_9","type":"function","function":{"name":"book_flight",'

@@ -25,11 +25,11 @@ async def test_static_feedback_lists_each_failing_check_with_its_path_and_the_co
     result = await reflect({"name": "transfer", "arguments": {"account": "DE-1234", "amount": "40", "currency": "eur",
                                                               "memo": "rent"}})
     assert result.feedback() == (
-        "The call to transfer was not run. Fix these problems and propose the call again:\n"
+        'The call to "transfer" was not run. Fix these problems and propose the call again:\n'
         f"- non_existent_parameter: {result.static.checks['non_existent_parameter'].findings[0].message}\n"
         f"- incorrect_parameter_type: {result.static.checks['incorrect_parameter_type'].findings[0].message}\n"
         f"- allowed_values_violation: {result.static.checks['allowed_values_violation'].findings[0].message}\n"
-        'Corrected call (passes the static checks): transfer {"account":"DE-1234","amount":40,"currency":"EUR"}'
+        'Suggested call (passes the static checks): "transfer" {"account":"DE-1234","amount":40,"currency":"EUR"}'
     )
     assert "$.amount" in result.feedback() and "$.memo" in result.feedback()
 

@@ -148,7 +148,8 @@ async def test_shadow_mode_allows_everything_and_records_what_it_would_have_done
     assert invalid.call == GET_INVENTED and invalid.feedback is None
     assert invalid.reason == "shadow mode, would reflect: judge checks failed: general_hallucination_check"
     assert invalid.result.feedback() is not None
-    assert (fixable.action, fixable.shadow_action) == ("allow", "modify")
+    # The correction would remove `note`: only ever suggested, so the gate would reflect.
+    assert (fixable.action, fixable.shadow_action) == ("allow", "reflect")
     assert fixable.call == {"name": "get_order", "arguments": {"order_id": "A-17", "note": 1}}
 
 

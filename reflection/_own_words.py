@@ -1,0 +1,91 @@
+"""The gate's own words: feedback the gate wrote, recognised when it comes back in a conversation.
+
+Feedback quotes the refused values (`$.city (value "Tokyo" not found in the conversation)`).
+Sent back to the model as the tool's result, or appended by a user as a message, it would
+otherwise ground the very value it refused on the next round, and the judge would read it as
+conversation. Every conversation is read through `strip_own_words`, which recognises the
+gate's text in two independent ways, so neither a hook nor a user has to be trusted to label it:
+
+- by structure: a feedback block starts with a line holding `FEEDBACK_MARKER`; that line and
+  the block's own lines after it (bullets, indented lines, the suggested call) are removed,
+  wherever the block sits in a message and whatever the caller wrapped around it;
+- by memory: every line of every text the gate wrote in this process is remembered as a
+  fingerprint (a bounded set, least recently used forgotten first); a line equal to one of
+  them is removed wherever it appears (a caller that dropped or reworded the header line).
+
+What remains of such a message is kept, followed by `REFUSAL_LABEL`, so the judge still sees
+that a call was refused there, labelled as such, never the refusal's words as evidence.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from reflection._lru import LRU
+
+__all__ = ["FEEDBACK_MARKER", "REFUSAL_LABEL", "remember", "strip_own_words"]
+
+FEEDBACK_MARKER = "was not run. Fix these problems and propose the call again"
+"""The phrase on the first line of every feedback text the gate writes."""
+
+REFUSAL_LABEL = "[reflection refused an earlier tool call here; its feedback is omitted]"
+"""What replaces the gate's words in a conversation."""
+
+# Lines of a feedback block after its header: bullets, their indented details, the suggestion.
+_BLOCK_LINE_STARTS = ("- ", "  ", "Corrected call", "Did you mean", "(")
+# Shorter lines are too generic to remove on memory alone ("- city" could be the user's own).
+_MIN_REMEMBERED = 16
+_REMEMBERED_LINES = 16_384
+
+_lines = LRU(_REMEMBERED_LINES, static_stage=False)
+_lock = threading.Lock()
+
+
+def _fingerprint(line: str) -> str:
+    return " ".join(line.split())
+
+
+def remember(text: str | None) -> None:
+    """Remember the lines of a text the gate wrote (feedback, a note), to recognise them later."""
+    if not text:
+        return
+    with _lock:
+        for line in text.splitlines():
+            key = _fingerprint(line)
+            if len(key) >= _MIN_REMEMBERED:
+                _lines.put(key, True)
+
+
+def strip_own_words(text: str) -> str | None:
+    """`text` without the gate's own words, labelled; None when it holds none (the usual case,
+    one substring test and, once the gate has written something, one look-up per line)."""
+    if FEEDBACK_MARKER not in text and not (_lines.data and _has_remembered(text)):
+        return None
+    kept: list[str] = []
+    removed = False
+    in_block = False
+    for line in text.splitlines():
+        if FEEDBACK_MARKER in line:
+            in_block = removed = True
+            before = line.split("The call to", 1)[0].rstrip() if "The call to" in line else ""
+            if before:  # what a caller wrote before the header on the same line ("Error: ")
+                kept.append(before)
+            continue
+        if in_block and (line.startswith(_BLOCK_LINE_STARTS) or not line.strip()):
+            continue
+        in_block = False
+        if _lines.data and _fingerprint(line) in _lines.data:
+            removed = True
+            continue
+        kept.append(line)
+    if not removed:
+        return None
+    while kept and not kept[-1].strip():
+        kept.pop()
+    kept.append(REFUSAL_LABEL)
+    return "\n".join(kept)
+
+
+def _has_remembered(text: str) -> bool:
+    data = _lines.data
+    return any(_fingerprint(line) in data for line in text.splitlines())
