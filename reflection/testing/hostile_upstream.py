@@ -539,10 +539,15 @@ def _texts(content: Any) -> Iterable[str]:
                 yield part["text"]
 
 
+def _message_list(body: dict[str, Any]) -> list[Any]:
+    messages = body.get("messages")
+    return messages if isinstance(messages, list) else []
+
+
 def choose(body: dict[str, Any], headers: dict[str, list[str]]) -> tuple[str | None, str | None]:
     """The scenario and its argument a request asks for: from the last user message holding a
     `scenario:` token, else the `x-hostile-scenario` header, else `model` ((None, None): none)."""
-    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+    messages = _message_list(body)
     for message in reversed(messages):
         if isinstance(message, dict) and message.get("role") == "user":
             for text in _texts(message.get("content")):
@@ -559,8 +564,7 @@ def choose(body: dict[str, Any], headers: dict[str, list[str]]) -> tuple[str | N
 
 def round_of(body: dict[str, Any]) -> int:
     """How many times the model was asked again: the assistant messages carrying tool calls."""
-    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
-    return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant"
+    return sum(1 for m in _message_list(body) if isinstance(m, dict) and m.get("role") == "assistant"
                and (m.get("tool_calls") or m.get("function_call")))
 
 
@@ -702,7 +706,10 @@ class HostileUpstream(BackgroundServer):
                 if request is None:
                     return
                 self._last_request = time.monotonic()
-                reply = self._route(request)
+                try:
+                    reply = self._route(request)
+                except Exception as exc:  # noqa: BLE001 -- a bug here is reported to the test as a 500, not dropped
+                    reply = _error(500, f"the hostile upstream failed: {exc!r}")
                 keep = await self._write(writer, reply, keep_alive=request.keep_alive)
                 self._last_request = time.monotonic()
                 if not keep:
@@ -838,7 +845,9 @@ class HostileUpstreamProcess:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "reflection.testing.hostile_upstream", *self.args], stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+            stderr=subprocess.DEVNULL, env=env,
+            # Only a prctl runs between fork and exec (the threads' locks are not touched).
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None)  # noqa: PLW1509
         assert self.process.stdout is not None
         ready = threading.Event()
         lines: list[bytes] = []
