@@ -76,6 +76,8 @@ one scenario's; `DELETE /requests` clears them.
         assert all("x-reflection-api-key" not in r["headers"] for r in up.received())
 
 `HostileUpstream` is the same server on a thread of this process (`with HostileUpstream() as up:`).
+A request with `Expect: 100-continue` gets `100 Continue` before its body is read, unless the server
+was started with `ignore_expect=True` (`--ignore-expect`): then a client that waits for it hangs.
 """
 
 from __future__ import annotations
@@ -587,7 +589,8 @@ class _Request:
     keep_alive: bool
 
 
-async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> _Request | None:
+async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                        answer_expect: bool = True) -> _Request | None:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.IncompleteReadError:
@@ -608,7 +611,7 @@ async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
         name = name.strip().lower()
         names.append(name)
         headers.setdefault(name, []).append(value.strip())
-    if any(v.lower() == "100-continue" for v in headers.get("expect", [])):
+    if answer_expect and any(v.lower() == "100-continue" for v in headers.get("expect", [])):
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     if any("chunked" in v.lower() for v in headers.get("transfer-encoding", [])):
         body = bytearray()
@@ -643,8 +646,11 @@ class HostileUpstream(BackgroundServer):
 
     _thread_name = "hostile upstream"
 
-    def __init__(self, *, idle_timeout: float = 120.0, port: int = 0, max_records: int = 1000):
+    def __init__(self, *, idle_timeout: float = 120.0, port: int = 0, max_records: int = 1000,
+                 ignore_expect: bool = False):
         self.idle_timeout = idle_timeout
+        self.ignore_expect = ignore_expect
+        """Never answer `Expect: 100-continue`: a client that waits for it before sending its body hangs."""
         self.port = port
         self.records: collections.deque[tuple[dict[str, Any], bytes | None]] = collections.deque(maxlen=max_records)
         self._seq = itertools.count(1)
@@ -699,7 +705,7 @@ class HostileUpstream(BackgroundServer):
         try:
             while True:
                 try:
-                    request = await _read_request(reader, writer)
+                    request = await _read_request(reader, writer, answer_expect=not self.ignore_expect)
                 except _BadRequest as exc:
                     await self._write(writer, _error(exc.status, str(exc)), keep_alive=False)
                     return
@@ -829,8 +835,11 @@ class HostileUpstreamProcess:
     A process of its own, so that a huge or slow reply costs the test process nothing; it dies
     with its parent (Linux) and by itself after `idle_timeout` seconds without a request."""
 
-    def __init__(self, *, idle_timeout: float = 120.0, port: int = 0, max_records: int = 1000):
+    def __init__(self, *, idle_timeout: float = 120.0, port: int = 0, max_records: int = 1000,
+                 ignore_expect: bool = False):
         self.args = ["--idle-timeout", str(idle_timeout), "--port", str(port), "--max-records", str(max_records)]
+        if ignore_expect:
+            self.args.append("--ignore-expect")
         self.process: subprocess.Popen[bytes] | None = None
         self.base_url = ""
         """The OpenAI-style base URL, ending in /v1."""
@@ -911,8 +920,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="the port on 127.0.0.1 (0: any free one)")
     parser.add_argument("--idle-timeout", type=float, default=120.0, help="exit after this many seconds without a request")
     parser.add_argument("--max-records", type=int, default=1000, help="how many requests GET /requests remembers")
+    parser.add_argument("--ignore-expect", action="store_true",
+                        help="never answer `Expect: 100-continue` (a client that waits for it hangs)")
     args = parser.parse_args(argv)
-    server = HostileUpstream(idle_timeout=args.idle_timeout, port=args.port, max_records=args.max_records)
+    server = HostileUpstream(idle_timeout=args.idle_timeout, port=args.port, max_records=args.max_records,
+                             ignore_expect=args.ignore_expect)
     with contextlib.suppress(KeyboardInterrupt):
         server.run_in_foreground()
     print(f"received {next(server._seq) - 1} chat requests", file=sys.stderr)
