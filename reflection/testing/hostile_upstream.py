@@ -20,7 +20,8 @@ no choices, `data: [DONE]`) and one without gets one `chat.completion` JSON obje
 The calls: GOOD is `get_weather({"city": "Paris", "days": 2})`, BAD is
 `get_forecast_for_city({"city": "Paris"})` (no such tool in the tests' tool list). Every reply
 carries `usage` with prompt_tokens = 100 * 2**round and completion_tokens = 10 * 2**round (so
-any sum over rounds is unique), total_tokens their sum.
+any sum over rounds is unique), total_tokens their sum. A scenario marked "Streamed:" answers a
+request without `"stream": true` plainly (BAD, then GOOD), as `usage` does.
 
 Scenarios ("then" = on every re-ask, round >= 1; ARG defaults in brackets):
   valid                 GOOD on every round.
@@ -39,7 +40,7 @@ Scenarios ("then" = on every re-ask, round >= 1; ARG defaults in brackets):
   legacy-function-call  BAD, then GOOD, as `message.function_call` / `delta.function_call` (finish "function_call").
   interleaved           Every round, streamed: purge(`""`) at index 0, GOOD at index 1, then index 0's
                         arguments `{"filter": "tmp-*", "dry_run": true}` (not streamed: both calls).
-  unhashable-index      Streamed: BAD, then GOOD, the tool-call deltas' `index` a list ([0]) then an object ({"i": 0}).
+  unhashable-index      Streamed: BAD, then GOOD, each tool-call delta's `index` a list ([0]) or an object ({"i": 0}).
   cut-stream            Streamed: BAD's name and half its arguments, then the connection is cut mid-body.
   no-finish             Streamed: BAD, ended cleanly with no finish_reason chunk and no [DONE].
   spoof-headers         BAD on every round; the reply sets X-Reflection-Actions: allow, X-Reflection-Rounds: 0,
@@ -911,7 +912,7 @@ def _package_root() -> str:
 def main(argv: list[str] | None = None) -> None:
     """Run the hostile upstream in the foreground and print its base URL."""
     doc = __doc__ or ""
-    scenarios = doc[doc.index("Scenarios ("): doc.index("Every request is recorded")]
+    scenarios = doc[doc.index("The calls:"): doc.index("Every request is recorded")]
     parser = argparse.ArgumentParser(
         prog="python -m reflection.testing.hostile_upstream", description=doc.split("\n\n")[0],
         epilog=scenarios + "Pick one per request with `scenario:NAME[:ARG]` in the last user message, the "
