@@ -48,6 +48,9 @@ class UpstreamConfig(BaseModel):
     """Times a refused call is sent back to the model with its feedback before `reflect_fallback`."""
     reflect_fallback: Literal["deny", "escalate"] = "deny"
     """What a call still refused after `max_reflect_rounds` re-asks gets."""
+    max_response_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    """The largest upstream answer (a whole reply, one streamed event, a whole stream) the gateway
+    reads; a larger one fails that request (502, or an error event) and no other."""
 
 
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024

@@ -101,7 +101,7 @@ def test_a_call_still_refused_after_the_rounds_is_denied_with_text_saying_why(cl
     choice = completion.choices[0]
     assert choice.message.tool_calls is None
     assert choice.finish_reason == "stop"
-    assert choice.message.content.startswith("The call to get_forecast_for_city was not run:")
+    assert choice.message.content.startswith('The call to "get_forecast_for_city" was blocked by reflection')
     assert headers["x-reflection-actions"] == "deny" and headers["x-reflection-rounds"] == str(MAX_ROUNDS)
     assert len(upstream.requests) - before == 1 + MAX_ROUNDS
 
@@ -199,7 +199,8 @@ def test_a_streamed_hallucinated_call_is_replaced_by_the_reasked_one(client):
 
 def test_a_streamed_call_that_stays_refused_becomes_text(client):
     events = _stream(client, "stubborn")
-    assert events[0][0] == "text" and events[0][1].strip().startswith("The call to get_forecast_for_city was not run")
+    assert events[0][0] == "text" and events[0][1] == ('The call to "get_forecast_for_city" was blocked by reflection '
+                                                   "(static checks failed: non_existent_function).")
     assert events[1] == ("finish", "stop", ["deny"])
 
 
