@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from reflection._json import dumps
+from reflection.model import _plain
 
 __all__ = ["PATH", "GuardrailRequest", "GuardrailResponse", "apply"]
 
@@ -54,12 +55,22 @@ _NO_TOOLS_HINT = ("LiteLLM sends tool specs only with input_type 'request'; for 
 
 
 def _explain(decision: Any) -> str:
+    """One refused call, for LiteLLM's `blocked_reason`: what is wrong, and the correction once."""
     text = decision.feedback or decision.reason
     if decision.action == "modify":
         call = decision.call.get("function", decision.call) if isinstance(decision.call, dict) else decision.call
-        problems = decision.result.feedback() if decision.result is not None else None
-        text = f"{problems or decision.reason}\nThe corrected call would be {dumps(call)}"
-    return f"tool call {decision.tool!r} ({decision.action}): {text}"
+        text = f"{decision.reason}\nThe corrected call would be {dumps(call)}"
+    return f"tool call {dumps(_plain(str(decision.tool), 120))} ({decision.action}): {text}"
+
+
+def _history(request: GuardrailRequest) -> list[dict[str, Any]] | None:
+    """The conversation LiteLLM sent: `structured_messages` (pre_call), else the original
+    request's `messages` when `request_data` carries them; None when it sent none (post_call
+    today), so the checks that need a conversation are reported as not assessable."""
+    if request.structured_messages:
+        return request.structured_messages
+    messages = (request.request_data or {}).get("messages")
+    return messages if isinstance(messages, list) and messages else None
 
 
 async def apply(gate: Any, request: GuardrailRequest, metrics: Any) -> dict[str, Any]:
@@ -69,7 +80,7 @@ async def apply(gate: Any, request: GuardrailRequest, metrics: Any) -> dict[str,
         return {"action": "NONE", "reflection": {"actions": [], "decisions": []}}
     params = request.additional_provider_specific_params or {}
     tools = request.tools if request.tools else params.get("tools")
-    decisions = await gate.check(list(calls), tools, request.structured_messages)
+    decisions = await gate.check(list(calls), tools, _history(request))
     for decision in decisions:
         metrics.observe_decision(decision)
     refused = [d for d in decisions if d.action != "allow"]

@@ -30,6 +30,8 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/do
 """Probes, metrics and the API description: served without a key and outside the in-flight limit."""
 
 AUTH_HEADER = "x-reflection-api-key"
+LITELLM_AUTH_HEADER = "x-api-key"
+"""The header LiteLLM's guardrails send their `api_key` in: accepted as the service key too."""
 """A service key may come here instead of `Authorization`, which the gateway then passes upstream."""
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -176,7 +178,7 @@ def _authenticate(headers: dict[str, str], keys: list[bytes]) -> str | None:
     """The header that carried a valid key ("authorization" or AUTH_HEADER), or None.
 
     Every configured key is compared, in constant time, whatever matched first."""
-    for header in (AUTH_HEADER, "authorization"):
+    for header in (AUTH_HEADER, "authorization", LITELLM_AUTH_HEADER):
         value = headers.get(header)
         if value is None:
             continue
