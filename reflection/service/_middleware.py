@@ -80,7 +80,12 @@ class ServiceMiddleware:
         request_id = headers.get("x-request-id", "")
         if not _REQUEST_ID.fullmatch(request_id):
             request_id = uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        # When the request arrived: the gate's deadline counts queueing too, and a stream ends
+        # with an error event of its own before this middleware's deadline would cut it.
+        state["started"] = started
+        state["deadline"] = time.monotonic() + self.deadline_seconds
         response = {"status": 0, "actions": None}
 
         async def send_with_id(message: dict[str, Any]) -> None:

@@ -142,7 +142,8 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
             state.probe_client = await stack.enter_async_context(httpx.AsyncClient(timeout=2.0))
             if config.upstream is not None:
                 state.gateway = await stack.enter_async_context(
-                    Gateway(config.upstream, state.gate, metrics, connections=config.service.max_in_flight))
+                    Gateway(config.upstream, state.gate, metrics, connections=config.service.max_in_flight,
+                            max_body_bytes=config.service.max_body_bytes))
             yield
 
     app = FastAPI(
@@ -215,7 +216,8 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         several calls, `{"id", "decisions": [...]}` in call order."""
         row = _read_row(await read_json(request))
         try:
-            decided = await state.gate.check(row.call, row.tools, row.history)
+            decided = await state.gate.check(row.call, row.tools, row.history,
+                                             started=request.scope.get("state", {}).get("started"))
         except (TypeError, ValueError) as exc:
             raise HTTPException(422, f"row {row.id}: cannot be gated: {type(exc).__name__}: {exc}") from None
         decisions = decided if isinstance(decided, list) else [decided]
