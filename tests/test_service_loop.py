@@ -27,8 +27,14 @@ KEY = "service-key-0123456789"
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory):
-    with StandInJudge(idle_timeout=180) as judge, StandInModel(SCRIPT, idle_timeout=180) as model:
+def model():
+    with StandInModel(SCRIPT, idle_timeout=180) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory, model):
+    with StandInJudge(idle_timeout=180) as judge:
         config = {"judge": {"base_url": judge.base_url, "model": "stand-in"},
                   "gate": {"judge_when": "ungrounded"},
                   "service": {"api_keys": [KEY]},
@@ -97,3 +103,10 @@ def test_litellms_api_key_setting_is_accepted(service):
     body = {"texts": [], "tool_calls": [], "input_type": "request"}
     assert _guardrail(service, body, **{"x-api-key": KEY}).status_code == 200
     assert _guardrail(service, body, **{"x-api-key": "wrong"}).status_code == 401
+
+
+def test_the_service_key_is_never_forwarded_upstream(client, model):
+    client.chat.completions.create(model="learns", messages=QUESTION, tools=TOOLS)
+    sent = list(model.headers)
+    assert sent and all(KEY not in value for headers in sent for value in headers.values())
+    assert sent[-1]["authorization"] == "Bearer sk-upstream"  # the client's own upstream key passes
