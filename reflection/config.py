@@ -32,7 +32,27 @@ class ServiceConfig(BaseModel):
     max_in_flight: int = Field(default=256, ge=1)
     """Requests handled at once per worker; more get 503 with Retry-After."""
     deadline_seconds: float = Field(default=120.0, gt=0)
-    """Time allowed for one request (judge and upstream included); then 504."""
+    """Time allowed for one request once its body has arrived (judge and upstream included); then 504."""
+    max_in_flight_per_key: int | None = Field(default=None, ge=1)
+    """Requests one API key may have in flight at once per worker, and bodies it may be sending
+    at once; more get 503 with Retry-After, for that key only. Unset: `max_in_flight` shared
+    evenly among the configured keys. Without keys there is no per-key limit."""
+    max_calls_per_request: int = Field(default=1024, ge=1)
+    """Tool calls one request may ask to check (`/v1/gate`, `/v1/reflect`, `/v1/check`, the
+    LiteLLM guardrail); more get 413."""
+    max_connections: int = Field(default=1024, ge=1)
+    """Open client connections per worker. At the cap the longest-idle connection (one with no
+    request under way) is closed for a new one; with none idle the new one gets 503. Lowered,
+    with a warning, when the open-file limit (`ulimit -n`) cannot hold it."""
+    header_timeout_seconds: float = Field(default=10.0, gt=0)
+    """Time a connection has to send a request's headers (from connecting, or from the first
+    byte of a request on a kept-alive connection); then it is closed."""
+    max_header_bytes: int = Field(default=65536, ge=1024)
+    """Request line and headers larger than this get 431 and the connection is closed."""
+    body_timeout_seconds: float = Field(default=30.0, gt=0)
+    """Time a request has to send its whole body once its headers arrived; then 408."""
+    keep_alive_seconds: int = Field(default=5, ge=1)
+    """An idle kept-alive connection is closed after this many seconds."""
 
 
 class UpstreamConfig(BaseModel):

@@ -44,7 +44,7 @@ def upstream():
 @pytest.fixture(scope="module")
 def service(tmp_path_factory, upstream):
     config = {"service": {"api_keys": KEYS, "max_body_bytes": MAX_BODY, "max_in_flight": MAX_IN_FLIGHT,
-                          "deadline_seconds": DEADLINE},
+                          "max_in_flight_per_key": MAX_IN_FLIGHT, "deadline_seconds": DEADLINE},
               "upstream": {"base_url": upstream.base_url}}
     server = ServiceProcess(tmp_path_factory.mktemp("service"), config).start()
     yield server
@@ -268,11 +268,13 @@ def test_requests_over_the_in_flight_limit_get_503_with_retry_after(service):
     for thread in threads:
         thread.start()
     wait_in_flight(service.url, MAX_IN_FLIGHT)
-    refused = httpx.post(service.url + "/v1/check", json=_row({"name": "get_weather", "arguments": {}}), headers=AUTH)
+    other_key = {"Authorization": f"Bearer {KEYS[1]}"}
+    refused = httpx.post(service.url + "/v1/check", json=_row({"name": "get_weather", "arguments": {}}), headers=other_key)
     for thread in threads:
         thread.join()
     assert refused.status_code == 503
     assert refused.headers["retry-after"] == "1"
+    assert "service.max_in_flight)" in refused.json()["detail"]
     assert results == [200] * MAX_IN_FLIGHT
 
 

@@ -63,7 +63,25 @@ def app_from_env():  # noqa: ANN201 - an ASGI app
     from reflection.service.app import create_app
 
     path = os.environ.get(_CONFIG_ENV)
-    return create_app(load_config(Path(path) if path else None))
+    cfg = load_config(Path(path) if path else None)
+    app = create_app(cfg)
+    if _guarded_protocol() is not None:  # this worker's connection limits, from the same config
+        from reflection.service import _connections
+
+        _connections.configure(cfg.service, getattr(app, "metrics", None))
+    return app
+
+
+_GUARDED_PROTOCOL = "reflection.service._connections:GuardedHttpToolsProtocol"
+
+
+def _guarded_protocol() -> str | None:
+    """The HTTP protocol with header limits and a connection cap, or None without httptools."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return None
+    return _GUARDED_PROTOCOL
 
 
 def serve(
@@ -96,16 +114,50 @@ def serve(
 
     logging.config.dictConfig(log_config(log_level))
     shown = f"[{host}]" if ":" in host else host
+    protocol = _guarded_protocol()
+    if protocol is None:
+        request_logger.warning("httptools is not installed: connections get uvicorn's keep-alive timeout only, no "
+                               "header time or size limit and no connection cap; install \"reflection[service]\"")
+    service = cfg.service
     request_logger.info(f"serving on http://{shown}:{port} with {workers} worker(s)", extra={"event": "listening"})
     try:
-        uvicorn.run(
+        # Not `limit_concurrency`: it counts idle connections too, so hoarded ones would refuse
+        # every real request; the protocol caps connections and the middleware caps requests.
+        server_config = uvicorn.Config(
             "reflection.service._cli:app_from_env", factory=True, host=host, port=port, workers=workers,
-            log_config=log_config(log_level), access_log=False, server_header=False,
-            timeout_graceful_shutdown=int(cfg.service.deadline_seconds) + 1, backlog=2048,
+            log_config=log_config(log_level), access_log=False, server_header=False, http=protocol or "auto",
+            timeout_keep_alive=service.keep_alive_seconds,
+            # Draining waits for the longest request: its body's time, then its deadline.
+            timeout_graceful_shutdown=int(service.body_timeout_seconds + service.deadline_seconds) + 1, backlog=2048,
         )
+        if workers > 1:
+            _drain_refusing_supervisor()(server_config, sockets=[server_config.bind_socket()]).run()
+        else:
+            server = uvicorn.Server(server_config)
+            server.run()
+            if not server.started:
+                raise typer.Exit(3)  # uvicorn's STARTUP_FAILURE; uvicorn.run exits with it too
+    except KeyboardInterrupt:
+        pass
     finally:
         if metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _drain_refusing_supervisor() -> type:
+    """uvicorn's supervisor of several workers, closing its own copy of the listening socket before
+    it asks the workers to drain. Each worker closes its copy when SIGTERM starts its drain, but the
+    supervisor's kept the socket listening: new connections were queued in the kernel with no one
+    left to accept them, and hung. With every copy closed they are refused at once."""
+    from uvicorn.supervisors.multiprocess import Multiprocess
+
+    class DrainRefusingMultiprocess(Multiprocess):
+        def terminate_all(self) -> None:
+            for sock in self.sockets:
+                sock.close()
+            super().terminate_all()
+
+    return DrainRefusingMultiprocess
 
 
 def mcp_proxy(

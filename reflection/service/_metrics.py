@@ -37,6 +37,10 @@ class Metrics:
         self.judge_requests = Counter("reflection_judge_requests", "Requests sent to the judge.", registry=r)
         self.judge_tokens = Counter("reflection_judge_tokens", "Judge tokens by kind.", ["kind"], registry=r)
         self.judge_cost = Counter("reflection_judge_cost_usd", "Judge cost in USD.", registry=r)
+        self.connections_closed = Counter(
+            "reflection_connections_closed", "Client connections the server closed before a request was under way, "
+            "by reason: header_timeout, header_too_large, evicted (idle, at the connection cap), refused (at the cap).",
+            ["reason"], registry=r)
         self.upstream = Counter("reflection_upstream_requests", "Gateway requests to the upstream model by status.",
                                 ["status"], registry=r)
         self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}

@@ -1,10 +1,15 @@
 """One pure ASGI middleware for the production manners of every route.
 
-Request id, bearer-key authentication (constant-time), body size limit (413), in-flight limit
+Request id, bearer-key authentication (constant-time; two credentials of one kind are refused as
+ambiguous), body size limit (413) and body time limit (408), in-flight limits overall and per key
 (503 with Retry-After), a deadline per request (504), a JSON error instead of a traceback for
 anything unexpected (500), metrics, and one JSON log line per request. Pure ASGI rather than
 Starlette's `BaseHTTPMiddleware`: it costs a few microseconds per request and never buffers
 streamed responses.
+
+A request counts as in flight only once its whole body has arrived: the middleware reads the body
+(within `service.body_timeout_seconds` and `service.max_body_bytes`) before the application
+starts, so a client trickling bodies holds connections, never the in-flight places of others.
 """
 
 from __future__ import annotations
@@ -18,13 +23,11 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from fastapi import HTTPException
-
 from reflection._json import dumps
 from reflection.service._logging import request_logger
 from reflection.service._metrics import Metrics
 
-__all__ = ["AUTH_HEADER", "OPEN_PATHS", "ServiceMiddleware"]
+__all__ = ["ARRIVED", "AUTH_HEADER", "OPEN_PATHS", "ServiceMiddleware", "arrival"]
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 """Probes, metrics and the API description: served without a key and outside the in-flight limit."""
@@ -34,16 +37,21 @@ LITELLM_AUTH_HEADER = "x-api-key"
 """The header LiteLLM's guardrails send their `api_key` in: accepted as the service key too."""
 """A service key may come here instead of `Authorization`, which the gateway then passes upstream."""
 
+ARRIVED = "arrived_at"
+"""The `scope["state"]` key of the moment (`time.perf_counter()`) the request's body had fully
+arrived: set by the server's connection protocol when it runs under `reflection serve`, else by
+this middleware. Deadlines count from it, so time spent queueing counts against them."""
+
+_CREDENTIALS = frozenset({"authorization", AUTH_HEADER})
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _QUIET = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
-class _BodyTooLarge(HTTPException):
-    """A request body over `service.max_body_bytes`: 413. An `HTTPException`, so FastAPI's own
-    body reader passes it on (it turns any other error into a 400)."""
-
-    def __init__(self, limit: int):
-        super().__init__(413, f"request body larger than {limit} bytes (service.max_body_bytes)")
+def arrival(scope: dict[str, Any]) -> float:
+    """When the request's body had fully arrived (`time.perf_counter()`), for deadlines that
+    should cover queueing; now, for a request the middleware has not read."""
+    arrived = scope.get("state", {}).get(ARRIVED)
+    return arrived if arrived is not None else time.perf_counter()
 
 
 class ServiceMiddleware:
@@ -59,15 +67,24 @@ class ServiceMiddleware:
         deadline_seconds: float,
         metrics: Metrics,
         routes: Iterable[str],
+        max_in_flight_per_key: int | None = None,
+        body_timeout_seconds: float = 30.0,
     ):
         self.app = app
         self.keys = [key.encode() for key in api_keys]
         self.max_body_bytes = max_body_bytes
         self.max_in_flight = max_in_flight
         self.deadline_seconds = deadline_seconds
+        self.body_timeout_seconds = body_timeout_seconds
         self.metrics = metrics
         self.routes = frozenset(routes)
         self.in_flight = 0
+        self.per_key: int | None = None
+        """In flight (and bodies being received) per key; None without keys."""
+        if self.keys:
+            self.per_key = max_in_flight_per_key or max(1, max_in_flight // len(self.keys))
+        self.key_in_flight = [0] * len(self.keys)
+        self.key_receiving = [0] * len(self.keys)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -76,7 +93,7 @@ class ServiceMiddleware:
         started = time.perf_counter()
         path = scope["path"]
         route = path if path in self.routes else "other"
-        headers = _headers(scope)
+        headers, ambiguous = _headers(scope)
         request_id = headers.get("x-request-id", "")
         if not _REQUEST_ID.fullmatch(request_id):
             request_id = uuid.uuid4().hex
@@ -99,23 +116,16 @@ class ServiceMiddleware:
                 message = {**message, "headers": out}
             await send(message)
 
-        counted = False
         try:
             if path in OPEN_PATHS:
                 await self.app(scope, receive, send_with_id)
                 return
-            refusal = self._refuse(scope, headers)
+            refusal = self._refuse(scope, headers, ambiguous)
             if refusal is not None:
                 await _send_json(send_with_id, *refusal)
                 return
-            self.in_flight += 1
-            self.metrics.in_flight.inc()
-            counted = True
-            await self._handle(scope, receive, send_with_id, response)
+            await self._handle(scope, receive, send_with_id, response, scope["state"].get("key_index"))
         finally:
-            if counted:
-                self.in_flight -= 1
-                self.metrics.in_flight.dec()
             elapsed = time.perf_counter() - started
             self.metrics.observe_request(route, response["status"], elapsed)
             if path not in _QUIET and request_logger.isEnabledFor(logging.INFO):
@@ -129,58 +139,149 @@ class ServiceMiddleware:
                     },
                 ))
 
-    def _refuse(self, scope: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, Any], dict[str, str]] | None:
-        """A (status, body, headers) answer for a request that must not reach the application."""
+    def _refuse(self, scope: dict[str, Any], headers: dict[str, str],
+                ambiguous: bool) -> tuple[int, dict[str, Any], dict[str, str]] | None:
+        """A (status, body, headers) answer for a request that must not reach the application,
+        decided from its headers alone (before its body is read)."""
+        if ambiguous:
+            # Which one counts? Auth would read one and the gateway forward another: refuse both.
+            return 400, {"detail": "ambiguous credentials: more than one Authorization or "
+                                   f"{AUTH_HEADER} header; send each at most once"}, {}
         if self.keys:
-            source = _authenticate(headers, self.keys)
-            if source is None:
+            found = _authenticate(headers, self.keys)
+            if found is None:
                 return 401, {"detail": "missing or invalid API key: send 'Authorization: Bearer <key>' "
                                        f"or '{AUTH_HEADER}: <key>'"}, {"www-authenticate": "Bearer"}
-            scope["state"]["auth_header"] = source
+            scope["state"]["auth_header"], scope["state"]["key_index"] = found
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
-            return 413, {"detail": f"request body larger than {self.max_body_bytes} bytes (service.max_body_bytes)"}, {}
+            # The body is never read: close, so its bytes are not read and thrown away either.
+            return 413, {"detail": f"request body larger than {self.max_body_bytes} bytes (service.max_body_bytes)"}, \
+                {"connection": "close"}
+        key = scope["state"].get("key_index")
+        if key is not None and self.key_receiving[key] >= self.per_key:  # type: ignore[operator]
+            return 503, {"detail": f"busy: this API key is sending {self.key_receiving[key]} request bodies at once, "
+                                   "its share (service.max_in_flight_per_key); retry shortly"}, {"retry-after": "1"}
+        return self._busy(key)
+
+    def _busy(self, key: int | None) -> tuple[int, dict[str, Any], dict[str, str]] | None:
+        """503 when the worker, or this key's share of it, has no room for one more request."""
+        if key is not None and self.key_in_flight[key] >= self.per_key:  # type: ignore[operator]
+            return 503, {"detail": f"busy: this API key has {self.key_in_flight[key]} requests in flight, its share "
+                                   "(service.max_in_flight_per_key); retry shortly"}, {"retry-after": "1"}
         if self.in_flight >= self.max_in_flight:
             return 503, {"detail": f"busy: {self.max_in_flight} requests in flight (service.max_in_flight); retry shortly"}, \
                 {"retry-after": "1"}
         return None
 
-    async def _handle(self, scope: dict[str, Any], receive: Any, send: Any, response: dict[str, Any]) -> None:
-        received = 0
-
-        async def limited_receive() -> dict[str, Any]:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
-                    raise _BodyTooLarge(self.max_body_bytes)
-            return message
-
+    async def _handle(self, scope: dict[str, Any], receive: Any, send: Any, response: dict[str, Any],
+                      key: int | None) -> None:
+        """Read the body (408, 413), admit the request (503), then run the application (504, 500)."""
+        state = scope["state"]
+        receiving = counted = False
+        phase = "body"
         try:
             # asyncio's own timeout (uvicorn runs asyncio): a few times cheaper than anyio's scope.
-            async with asyncio.timeout(self.deadline_seconds):
-                await self.app(scope, limited_receive, send)
-        except _BodyTooLarge as exc:
-            if not response["status"]:
-                await _send_json(send, 413, {"detail": exc.detail}, {})
+            # One timer for both phases: the body's time limit, then the deadline from arrival.
+            async with asyncio.timeout(self.body_timeout_seconds) as timer:
+                if key is not None:
+                    self.key_receiving[key] += 1
+                    receiving = True
+                body = await self._read_body(receive, send)
+                if receiving:
+                    self.key_receiving[key] -= 1  # type: ignore[index]
+                    receiving = False
+                if body is None:  # answered (413), or the client went away
+                    return
+                arrived = state.get(ARRIVED)
+                if arrived is None:
+                    arrived = state[ARRIVED] = time.perf_counter()
+                refusal = self._busy(key)
+                if refusal is not None:
+                    await _send_json(send, *refusal)
+                    return
+                self.in_flight += 1
+                if key is not None:
+                    self.key_in_flight[key] += 1
+                self.metrics.in_flight.inc()
+                counted = True
+                phase = "app"
+                timer.reschedule(asyncio.get_running_loop().time() + self.deadline_seconds
+                                 - (time.perf_counter() - arrived))
+                await self.app(scope, _replay(body, receive), send)
         except TimeoutError:
-            if not response["status"]:
+            if response["status"]:
+                pass
+            elif phase == "body":
+                await _send_json(send, 408, {"detail": f"the request body did not arrive within "
+                                                       f"{self.body_timeout_seconds:g} s (service.body_timeout_seconds)"},
+                                 {"connection": "close"})
+            else:
                 await _send_json(send, 504, {"detail": f"the request took longer than its deadline of "
                                                        f"{self.deadline_seconds:g} s (service.deadline_seconds)"}, {})
         except Exception:  # noqa: BLE001 - a bug: answer without a traceback, log the type and message
-            request_logger.exception("unhandled error", extra={"request_id": scope["state"]["request_id"]})
+            request_logger.exception("unhandled error", extra={"request_id": state["request_id"]})
             if not response["status"]:
                 await _send_json(send, 500, {"detail": "internal error; the service log has it under this request id",
-                                             "request_id": scope["state"]["request_id"]}, {})
+                                             "request_id": state["request_id"]}, {})
+        finally:
+            if receiving:
+                self.key_receiving[key] -= 1  # type: ignore[index]
+            if counted:
+                self.in_flight -= 1
+                if key is not None:
+                    self.key_in_flight[key] -= 1
+                self.metrics.in_flight.dec()
+
+    async def _read_body(self, receive: Any, send: Any) -> bytes | None:
+        """The whole request body, or None once answered with 413 or when the client went away."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None  # http.disconnect: nobody to answer
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    await _send_json(send, 413, {"detail": f"request body larger than {self.max_body_bytes} bytes "
+                                                           "(service.max_body_bytes)"}, {"connection": "close"})
+                    return None
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _headers(scope: dict[str, Any]) -> dict[str, str]:
-    return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope.get("headers", [])}
+def _replay(body: bytes, receive: Any) -> Any:
+    """A `receive` that hands the application the body already read, then waits on the client's
+    (for `http.disconnect`, which streamed responses listen for)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> dict[str, Any]:
+        if pending:
+            return pending.pop()
+        return await receive()  # type: ignore[no-any-return]
+
+    return replay
 
 
-def _authenticate(headers: dict[str, str], keys: list[bytes]) -> str | None:
-    """The header that carried a valid key ("authorization" or AUTH_HEADER), or None.
+def _headers(scope: dict[str, Any]) -> tuple[dict[str, str], bool]:
+    """The request's headers by lowercase name (the last of repeated ones), and whether a
+    credential header came more than once."""
+    out: dict[str, str] = {}
+    ambiguous = False
+    for raw_name, raw_value in scope.get("headers", []):
+        name = raw_name.decode("latin-1").lower()
+        if name in _CREDENTIALS and name in out:
+            ambiguous = True
+        out[name] = raw_value.decode("latin-1")
+    return out, ambiguous
+
+
+def _authenticate(headers: dict[str, str], keys: list[bytes]) -> tuple[str, int] | None:
+    """The header that carried a valid key ("authorization" or AUTH_HEADER) and that key's index
+    among `keys`, or None.
 
     Every configured key is compared, in constant time, whatever matched first."""
     for header in (AUTH_HEADER, "authorization", LITELLM_AUTH_HEADER):
@@ -192,11 +293,12 @@ def _authenticate(headers: dict[str, str], keys: list[bytes]) -> str | None:
             if scheme.lower() != "bearer":
                 continue
         presented = value.strip().encode("latin-1")
-        matched = False
-        for key in keys:
-            matched |= hmac.compare_digest(presented, key)
-        if matched:
-            return header
+        index = -1
+        for i, key in enumerate(keys):
+            if hmac.compare_digest(presented, key):
+                index = i
+        if index >= 0:
+            return header, index
     return None
 
 

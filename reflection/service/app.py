@@ -16,9 +16,9 @@ import anyio
 import httpx
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from reflection._json import dumps
+from reflection._json import dumps, parse_json
 from reflection.config import ReflectionConfig
 from reflection.model import ReflectionResult
 from reflection.pipeline import Reflector, _is_parallel
@@ -77,11 +77,15 @@ class Problem(BaseModel):
 _ROW_SCHEMA = {**RowIn.model_json_schema(), "anyOf": [{"required": ["call"]}, {"required": ["tool_calls"]}]}
 _ROW_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": _ROW_SCHEMA}}}}
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": Problem, "description": "The body is not JSON."},
+    400: {"model": Problem, "description": "The body is not JSON, or credentials are ambiguous (a repeated "
+                                           "Authorization or X-Reflection-Api-Key header)."},
     401: {"model": Problem, "description": "Missing or invalid API key."},
-    413: {"model": Problem, "description": "The body is larger than service.max_body_bytes."},
+    408: {"model": Problem, "description": "The body did not arrive within service.body_timeout_seconds."},
+    413: {"model": Problem, "description": "The body is larger than service.max_body_bytes, or it holds more "
+                                           "tool calls than service.max_calls_per_request."},
     422: {"model": Problem, "description": "The row cannot be read: the message says what to fix."},
-    503: {"model": Problem, "description": "Busy: retry after the Retry-After header's seconds."},
+    503: {"model": Problem, "description": "Busy (this worker, or this API key's share of it): retry after the "
+                                           "Retry-After header's seconds."},
     504: {"model": Problem, "description": "The request outlived service.deadline_seconds."},
 }
 
@@ -110,11 +114,57 @@ async def read_json(request: Request) -> Any:
         raise HTTPException(400, f"the body is not valid JSON: {exc}") from None
 
 
-def _read_row(raw: Any) -> InputRow:
+def _read_row(raw: Any, max_calls: int) -> InputRow:
+    if isinstance(raw, Mapping):
+        rid = raw.get("id")
+        if rid is not None and type(rid) not in (str, int):
+            # `reflection check` names such a row by its line; here there is no line to name it by.
+            raise HTTPException(422, f"\"id\" must be a string, an integer or null, got {_json_type(rid)}")
     try:
-        return read_row(raw, 1)
+        row = read_row(raw, 1)
     except RowError as exc:
         raise HTTPException(422, str(exc)) from None
+    _limit_calls(_count_calls(row.call), max_calls)
+    return row
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "an object", list: "an array", bool: "a boolean", float: "a number with a fraction"}.get(
+        type(value), type(value).__name__)
+
+
+def _count_calls(call: Any) -> int:
+    """How many calls a row's `call` holds, as the gate and the reflector will read them."""
+    if isinstance(call, (list, tuple)):
+        return len(call)
+    if isinstance(call, Mapping):
+        if isinstance(call.get("tool_calls"), list):
+            return len(call["tool_calls"])
+        if call.get("role") == "assistant" and isinstance(call.get("content"), list):
+            return sum(1 for block in call["content"] if isinstance(block, Mapping) and block.get("type") == "tool_use")
+    return 1
+
+
+def _limit_calls(count: int, limit: int) -> None:
+    if count > limit:
+        raise HTTPException(413, f"{count} tool calls in one request; at most {limit} are checked per request "
+                                 "(service.max_calls_per_request): send them in several requests")
+
+
+def _read_guardrail(body: bytes, max_calls: int) -> _guardrail.GuardrailRequest:
+    """LiteLLM's guardrail request, read as strictly as the other routes' bodies: NaN, Infinity,
+    lone surrogates and trailing data are 400 (FastAPI's own reader would accept NaN, then fail to
+    write its 422 about it)."""
+    try:
+        raw = parse_json(body)
+    except ValueError as exc:
+        raise HTTPException(400, f"the body is not valid JSON: {exc}") from None
+    try:
+        request = _guardrail.GuardrailRequest.model_validate(raw)
+    except ValidationError as exc:
+        raise HTTPException(422, exc.errors(include_url=False, include_input=False, include_context=False)) from None
+    _limit_calls(len(request.tool_calls or ()), max_calls)
+    return request
 
 
 def _json(content: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
@@ -129,6 +179,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
     config = config or ReflectionConfig()
     metrics = Metrics()
     state = _State(config, metrics)
+    max_calls = config.service.max_calls_per_request
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -184,7 +235,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
     async def reflect_route(request: Request) -> Response:
         """Reflect a row (static checks, grounding, the judge when configured) into the row
         `reflection check` writes for it."""
-        row = _read_row(await read_json(request))
+        row = _read_row(await read_json(request), max_calls)
         assert state.reflector is not None
         started = time.perf_counter()
         try:
@@ -198,7 +249,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
     @app.post("/v1/check", tags=["reflection"], openapi_extra=_ROW_BODY, response_model=ResultRow)
     async def check_route(request: Request) -> Response:
         """The static stage only (no grounding, no judge), as a row shaped like `/v1/reflect`'s."""
-        row = _read_row(await read_json(request))
+        row = _read_row(await read_json(request), max_calls)
         started = time.perf_counter()
         try:
             statics = check_calls(row.call, row.tools) if _is_parallel(row.call) else [check_call(row.call, row.tools)]
@@ -214,7 +265,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
     async def gate_route(request: Request) -> Response:
         """The gate's decision for the row's call (action, call, feedback, reason, result); for
         several calls, `{"id", "decisions": [...]}` in call order."""
-        row = _read_row(await read_json(request))
+        row = _read_row(await read_json(request), max_calls)
         try:
             decided = await state.gate.check(row.call, row.tools, row.history,
                                              started=request.scope.get("state", {}).get("started"))
@@ -229,11 +280,14 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
                          headers={"x-reflection-actions": actions})
         return _json({"id": row.id, **decided.model_dump(mode="json")}, headers={"x-reflection-actions": actions})
 
-    @app.post(_guardrail.PATH, tags=["integrations"], response_model=_guardrail.GuardrailResponse)
-    async def litellm_guardrail(body: _guardrail.GuardrailRequest) -> Response:
+    @app.post(_guardrail.PATH, tags=["integrations"], response_model=_guardrail.GuardrailResponse,
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": _guardrail.GuardrailRequest.model_json_schema()}}}})
+    async def litellm_guardrail(request: Request) -> Response:
         """LiteLLM's Generic Guardrail API: every tool call in `tool_calls` is gated against `tools`
         with `structured_messages` as the conversation. Allowed: `NONE`; otherwise `BLOCKED`
         with the feedback as `blocked_reason`."""
+        body = _read_guardrail(await request.body(), max_calls)
         answer = await _guardrail.apply(state.gate, body, metrics)
         return _json(answer, headers={"x-reflection-actions": ",".join(answer["reflection"]["actions"])})
 
@@ -256,13 +310,15 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
     routes = [route.path for route in app.routes]  # type: ignore[attr-defined]
     service = config.service
     hot = {"/v1/check": check_route, "/v1/chat/completions": chat_completions, "/v1/gate": gate_route,
-           "/v1/reflect": reflect_route}
+           "/v1/reflect": reflect_route, _guardrail.PATH: litellm_guardrail}
     return ServiceMiddleware(
         _HotRoutes(app, hot),
         api_keys=[key.get_secret_value() for key in service.api_keys],
         max_body_bytes=service.max_body_bytes,
         max_in_flight=service.max_in_flight,
+        max_in_flight_per_key=service.max_in_flight_per_key,
         deadline_seconds=service.deadline_seconds,
+        body_timeout_seconds=service.body_timeout_seconds,
         metrics=metrics,
         routes=routes,
     )

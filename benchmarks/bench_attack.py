@@ -1,0 +1,444 @@
+"""The service under attack: a small well-behaved client's latency while each attack runs, against
+its latency with no attack, side by side in one run (issue 22, item 10). Loopback only, bounded.
+
+`reflection serve` (its own process, one worker, API keys `good` and `bad`, the default limits,
+an open-file limit of `--nofile` like a default Linux shell's) sits in front of a hostile upstream
+model (its own process). The well-behaved client (its own process, so the attackers' CPU in this
+one does not slow its clock) posts a one-call row to `/v1/gate` with key `good` over `--clients`
+keep-alive connections, pausing `--think` between requests, for `--seconds`. Each arm runs it once
+while one attack runs from this process with key `bad` (or no key):
+
+- none: no attack (first and last: the drift of the machine between them);
+- idle-connections: `--hoard` connections opened and never used, reopened when closed;
+- partial-headers: as many, each sending a request line and then a header byte a second;
+- trickled-bodies: `--trickle` requests from one key, each body a byte every half second;
+- 10000-calls: `/v1/gate` with 10,000 parallel calls, back to back over two connections;
+- 1024-calls: the same with 1,024 calls (`service.max_calls_per_request`'s default: admitted);
+- schema-expansion: `/v1/check` with a `$defs` schema of `--schema-levels` levels, each referring to
+  the next twice through `anyOf`, and a value no branch accepts (about 5x per two more levels:
+  the issue's 18 levels took 33 s and 2.5 GB, so the default is smaller);
+- huge-upstream-reply: the gateway, whose upstream answers with a `--reply-mb` MB completion.
+
+Printed per arm: the client's requests, failures (anything but 200, or no answer), p50 and p99
+(ms), the p99 as a ratio of the first no-attack arm's, the service's peak RSS while the arm ran,
+and what the attacker's requests got. Targets (the issue's): p99 within 2x, no failures, peak RSS
+under 500 MB.
+
+    python benchmarks/bench_attack.py [--seconds 6] [--clients 2] [--think 0.02] [--hoard 1100]
+                                      [--trickle 256] [--schema-levels 14] [--reply-mb 64]
+                                      [--nofile 1024] [--only ARM ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+# Measure the checkout this script lives in, not whichever copy of the package is installed.
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+GOOD, BAD = "good", "bad"
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The forecast for a city over a number of days.",
+    "parameters": {"type": "object", "required": ["city"], "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 14}}}}}]
+HISTORY = [{"role": "user", "content": "What's the weather in Paris for the next 2 days?"}]
+GOOD_ROW = {"id": "good", "call": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
+            "tools": TOOLS, "history": HISTORY}
+ARMS = ("none", "idle-connections", "partial-headers", "trickled-bodies", "10000-calls", "1024-calls",
+        "schema-expansion", "huge-upstream-reply")
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REFLECTION_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return env
+
+
+# --- the processes -----------------------------------------------------------------------------------
+
+
+def _limit_files(nofile: int) -> Any:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    return apply
+
+
+def start_service(tmp: Path, upstream: str, nofile: int) -> tuple[subprocess.Popen[bytes], str, Path]:
+    config = tmp / "config.yaml"
+    config.write_text(json.dumps({"service": {"api_keys": [GOOD, BAD]}, "upstream": {"base_url": upstream}}))
+    log = tmp / "service.log"
+    with log.open("wb") as err:
+        process = subprocess.Popen([sys.executable, "-c", "from reflection.cli import app; app()", "serve",
+                                    "--config", str(config), "--port", "0"],
+                                   stdout=subprocess.DEVNULL, stderr=err, env=_env(), cwd=ROOT,
+                                   preexec_fn=_limit_files(nofile))  # noqa: PLW1509 - no threads here yet
+    return process, _wait_for(process, log, r"serving on (http://127\.0\.0\.1:\d+)", "/healthz"), log
+
+
+def start_upstream(tmp: Path, reply_mb: int) -> tuple[subprocess.Popen[bytes], str]:
+    log = tmp / "upstream.log"
+    with log.open("wb") as err:
+        process = subprocess.Popen([sys.executable, __file__, "--hostile-upstream", str(reply_mb)],
+                                   stdout=subprocess.DEVNULL, stderr=err, env=_env())
+    return process, _wait_for(process, log, r"upstream on (http://127\.0\.0\.1:\d+/v1)", "/models")
+
+
+def _wait_for(process: subprocess.Popen[bytes], log: Path, pattern: str, probe: str) -> str:
+    import httpx
+
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited: {log.read_text()}")
+        match = re.search(pattern, log.read_text(errors="replace"))
+        if match:
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.get(match.group(1) + probe, timeout=1)
+                return match.group(1)
+        time.sleep(0.05)
+    raise RuntimeError(f"server did not start: {log.read_text()}")
+
+
+def hostile_upstream(reply_mb: int) -> None:
+    """A model endpoint answering every completion with `reply_mb` MB of text (built once)."""
+    import socket
+
+    content = "x" * (reply_mb * 1024 * 1024)
+    reply = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "huge", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}]}).encode()
+    del content
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = re.search(rb"(?i)content-length:\s*(\d+)", head)
+                if length:
+                    await reader.readexactly(int(length.group(1)))
+                body = b'{"data": []}' if head.startswith(b"GET") else reply
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                             b"content-length: %d\r\n\r\n" % len(body))
+                writer.write(body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        server = await asyncio.start_server(handle, sock=sock)
+        print(f"upstream on http://127.0.0.1:{sock.getsockname()[1]}/v1", file=sys.stderr, flush=True)
+        async with server:
+            await asyncio.sleep(3600)  # bounded: the benchmark kills it long before
+
+    asyncio.run(main())
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+# --- the well-behaved client (its own process) ---------------------------------------------------------
+
+
+def client(url: str, seconds: float, clients: int, think: float) -> None:
+    """Post GOOD_ROW to /v1/gate over `clients` connections for `seconds`; print the latencies as JSON."""
+    import httpx
+
+    body = json.dumps(GOOD_ROW).encode()
+    latencies: list[float] = []
+    failures: Counter[str] = Counter()
+
+    async def one(http: httpx.AsyncClient, stop: float) -> None:
+        while time.monotonic() < stop:
+            started = time.perf_counter()
+            try:
+                response = await http.post("/v1/gate", content=body)
+                if response.status_code != 200:
+                    failures[str(response.status_code)] += 1
+            except httpx.HTTPError as exc:
+                failures[type(exc).__name__] += 1
+            latencies.append(time.perf_counter() - started)
+            await asyncio.sleep(think)
+
+    async def main() -> None:
+        headers = {"authorization": f"Bearer {GOOD}", "content-type": "application/json"}
+        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=10, limits=limits) as http:
+            for _ in range(20):  # warm-up: connections, caches
+                await http.post("/v1/gate", content=body)
+            stop = time.monotonic() + seconds
+            await asyncio.gather(*(one(http, stop) for _ in range(clients)))
+
+    asyncio.run(main())
+    print(json.dumps({"latencies": latencies, "failures": failures}))
+
+
+# --- the attacks (this process) --------------------------------------------------------------------------
+
+
+class Attack:
+    """One attack run until `stop` is set; `seen` counts what its requests got."""
+
+    def __init__(self, url: str, args: argparse.Namespace):
+        self.host, port = url.removeprefix("http://").split(":")
+        self.port = int(port)
+        self.args = args
+        self.seen: Counter[str] = Counter()
+        self.stop = asyncio.Event()
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection(self.host, self.port)
+
+    async def pause(self, seconds: float) -> bool:
+        """Sleep unless stopped first; True when stopped."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), seconds)
+        return self.stop.is_set()
+
+    async def hold(self, first: bytes, drip: bytes | None, every: float) -> None:
+        """One hoarded connection: send `first`, then `drip` every `every` s, until the server closes
+        it (then reopen) or the attack stops."""
+        while not self.stop.is_set():
+            try:
+                reader, writer = await self.connect()
+            except OSError as exc:
+                self.seen[f"connect {type(exc).__name__}"] += 1
+                if await self.pause(0.1):
+                    return
+                continue
+            self.seen["connections"] += 1
+            try:
+                if first:
+                    writer.write(first)
+                closed = asyncio.ensure_future(reader.read(1 << 16))
+                while not self.stop.is_set():
+                    done, _ = await asyncio.wait({closed}, timeout=every)
+                    if done:
+                        answer = closed.result()
+                        self.seen[answer[:12].decode("latin-1").strip() or "closed"] += 1
+                        break
+                    if drip:
+                        writer.write(drip)
+                closed.cancel()
+            except OSError:
+                self.seen["reset"] += 1
+            finally:
+                writer.close()
+            if await self.pause(0.1):  # then reconnect
+                return
+
+    async def post_loop(self, path: str, body: bytes, key: str | None, connections: int) -> None:
+        """`connections` clients posting `body` back to back, reading each whole answer."""
+        auth = f"Authorization: Bearer {key}\r\n" if key else ""
+        request = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\n{auth}Content-Type: application/json\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+        async def one() -> None:
+            while not self.stop.is_set():
+                try:
+                    reader, writer = await self.connect()
+                    try:
+                        while not self.stop.is_set():
+                            writer.write(request)
+                            status = await _read_response(reader)
+                            self.seen[str(status)] += 1
+                    finally:
+                        writer.close()
+                except (OSError, asyncio.IncompleteReadError) as exc:
+                    self.seen[type(exc).__name__] += 1
+                    if await self.pause(0.1):
+                        return
+
+        await asyncio.gather(*(one() for _ in range(connections)))
+
+    async def run(self, name: str) -> None:
+        args = self.args
+        if name == "none":
+            await self.stop.wait()
+        elif name == "idle-connections":
+            await asyncio.gather(*(self.hold(b"", None, 1.0) for _ in range(args.hoard)))
+        elif name == "partial-headers":
+            line = b"POST /v1/gate HTTP/1.1\r\nHost: x\r\nX-Slow: "
+            await asyncio.gather(*(self.hold(line, b"a", 1.0) for _ in range(args.hoard)))
+        elif name == "trickled-bodies":
+            head = (f"POST /v1/gate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {BAD}\r\n"
+                    "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{").encode()
+            await asyncio.gather(*(self.hold(head, b" ", 0.5) for _ in range(args.trickle)))
+        elif name in ("10000-calls", "1024-calls"):
+            count = int(name.split("-")[0])
+            calls = [{"name": "get_weather", "arguments": {"city": f"city {i}", "days": 2}} for i in range(count)]
+            body = json.dumps({"id": "many", "tool_calls": calls, "tools": TOOLS}).encode()
+            await self.post_loop("/v1/gate", body, BAD, 2)
+        elif name == "schema-expansion":
+            await self.post_loop("/v1/check", json.dumps(expansion_row(args.schema_levels)).encode(), BAD, 1)
+        elif name == "huge-upstream-reply":
+            body = json.dumps({"model": "huge", "messages": HISTORY, "tools": TOOLS}).encode()
+            await self.post_loop("/v1/chat/completions", body, BAD, 1)
+        else:
+            raise ValueError(name)
+
+
+def expansion_row(levels: int) -> dict[str, Any]:
+    """A call against a `$defs` schema whose every level refers to the next twice (`anyOf`), with
+    a value that no branch accepts: 2**levels paths to try and to report."""
+    defs: dict[str, Any] = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2} for i in range(levels)}
+    defs[f"d{levels}"] = {"type": "integer"}
+    tool = {"name": "expand", "parameters": {"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/d0"}}}}
+    return {"id": "expand", "call": {"name": "expand", "arguments": {"x": "not a number"}}, "tools": [tool]}
+
+
+async def _read_response(reader: asyncio.StreamReader) -> int:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if "content-length" in headers:
+        remaining = int(headers["content-length"])
+        while remaining:
+            remaining -= len(await reader.read(min(remaining, 1 << 20)))
+            if reader.at_eof() and remaining:
+                raise asyncio.IncompleteReadError(b"", remaining)
+    elif headers.get("transfer-encoding") == "chunked":
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                break
+    if headers.get("connection") == "close":
+        raise ConnectionResetError("the server closed the connection")
+    return status
+
+
+# --- one arm ----------------------------------------------------------------------------------------------
+
+
+async def arm(name: str, url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
+    attack = Attack(url, args)
+    attacking = asyncio.ensure_future(attack.run(name))
+    peak = rss_mb(pid)
+    if name != "none":
+        await asyncio.sleep(1.0)  # the attack in full swing before the client starts
+    measured = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--client", url, str(args.seconds), str(args.clients), str(args.think),
+        stdout=asyncio.subprocess.PIPE, env=_env())
+    reading = asyncio.ensure_future(measured.communicate())
+    while not reading.done():
+        peak = max(peak, rss_mb(pid))
+        await asyncio.sleep(0.1)
+    attack.stop.set()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(attacking, 30)
+    out = json.loads(reading.result()[0])
+    return {"latencies": out["latencies"], "failures": out["failures"], "peak_rss_mb": peak, "seen": attack.seen}
+
+
+def settle(url: str, timeout: float = 120) -> None:
+    """Wait until the service has nothing in flight and answers a probe quickly."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            started = time.perf_counter()
+            text = httpx.get(url + "/metrics", timeout=5).text
+            quick = time.perf_counter() - started < 0.05
+            if quick and "reflection_http_in_flight 0.0" in text:
+                time.sleep(0.5)
+                return
+        time.sleep(0.2)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def run(args: argparse.Namespace) -> None:
+    arms = ["none", *(a for a in ARMS[1:] if not args.only or a in args.only), "none"]
+    print(f"well-behaved client: {args.clients} connection(s) posting a one-call /v1/gate row, {args.think * 1000:.0f} ms "
+          f"between requests, {args.seconds:g} s per arm; service: 1 worker, default limits, open-file limit "
+          f"{args.nofile}; attacks: {args.hoard} hoarded connections, {args.trickle} trickled bodies, "
+          f"{args.schema_levels}-level schema, {args.reply_mb} MB upstream reply; load average "
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", flush=True)
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        upstream, upstream_url = start_upstream(tmp, args.reply_mb)
+        service, url, log = start_service(tmp, upstream_url, args.nofile)
+        try:
+            base_p99 = None
+            print(f"{'attack':<22}{'requests':>9}{'failed':>8}{'p50 ms':>9}{'p99 ms':>9}{'p99 ratio':>11}"
+                  f"{'peak RSS MB':>13}  attacker saw")
+            for name in arms:
+                settle(url)
+                result = asyncio.run(arm(name, url, service.pid, args))
+                latencies = result["latencies"]
+                p50, p99 = _pct(latencies, 0.5) * 1000, _pct(latencies, 0.99) * 1000
+                if base_p99 is None:
+                    base_p99 = p99
+                failed = sum(result["failures"].values())
+                seen = ", ".join(f"{k} {v}" for k, v in sorted(result["seen"].items(), key=lambda kv: -kv[1])[:5])
+                failures = f" ({', '.join(f'{k} {v}' for k, v in result['failures'].items())})" if failed else ""
+                print(f"{name:<22}{len(latencies):>9}{failed:>8}{p50:>9.2f}{p99:>9.2f}{p99 / base_p99:>10.2f}x"
+                      f"{result['peak_rss_mb']:>13.0f}  {seen or '-'}{failures}", flush=True)
+            warnings = [line for line in log.read_text(errors="replace").splitlines() if '"level":"warning"' in line]
+            for line in warnings[:3]:
+                print("service warning:", json.loads(line)["msg"])
+            print("machine load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
+        finally:
+            for process in (service, upstream):
+                process.terminate()
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--hostile-upstream":
+        hostile_upstream(int(sys.argv[2]))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--client":
+        client(sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=6.0, help="the client's time per arm")
+    parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument("--think", type=float, default=0.02, help="seconds between one client's requests")
+    parser.add_argument("--hoard", type=int, default=1100, help="connections of the hoarding attacks")
+    parser.add_argument("--trickle", type=int, default=256, help="bodies trickled by one key")
+    parser.add_argument("--schema-levels", type=int, default=14)
+    parser.add_argument("--reply-mb", type=int, default=64)
+    parser.add_argument("--nofile", type=int, default=1024, help="the service's open-file limit")
+    parser.add_argument("--only", nargs="*", choices=ARMS[1:], help="run only these attacks")
+    run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""Connections that cannot be hoarded: uvicorn's httptools protocol with a time and size limit on
+request headers and a cap on open connections, for `reflection serve`.
+
+uvicorn closes a kept-alive connection that stays idle after a response (`timeout_keep_alive`),
+but a connection that never sends a request, or sends its headers a byte at a time, is kept for
+good and needs no key; its headers may grow without bound; and `limit_concurrency` counts idle
+connections too, so hoarded ones would make it refuse every real request. Here:
+
+- a request's line and headers must arrive within `service.header_timeout_seconds` of the
+  connection opening, or of the first byte of a later request on a kept-alive connection; else
+  408 and the connection is closed;
+- they may hold at most `service.max_header_bytes`; else 431 and the connection is closed;
+- at most `service.max_connections` connections are open per worker: a new one beyond that
+  closes the longest-idle connection (no request under way: not yet sent, partly sent, or kept
+  alive between requests); with none idle, the new one gets 503 and is closed. The cap is kept
+  under the open-file limit (raised to its hard limit when that helps), so accepting never
+  fails for want of descriptors;
+- the moment a request's body has fully arrived is written to `scope["state"]` (`ARRIVED`), so
+  the service's deadlines count the time a request waits for the event loop.
+
+Bodies are the middleware's concern (`service.body_timeout_seconds`, `max_body_bytes`): by then
+the request is authenticated and can be answered in JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from reflection.service._middleware import ARRIVED
+
+__all__ = ["FD_RESERVE", "GuardedHttpToolsProtocol", "Limits", "configure", "limits"]
+
+logger = logging.getLogger("reflection.service")
+
+FD_RESERVE = 64
+"""Descriptors kept for what is not a client connection (log files, the metrics directory, the
+listening socket), besides one per in-flight request for its judge or upstream connection."""
+
+
+@dataclass
+class Limits:
+    """What `GuardedHttpToolsProtocol` enforces (in seconds and bytes); `configure` sets them."""
+
+    header_timeout: float = 10.0
+    max_header_bytes: int = 65536
+    max_connections: int = 1024
+    metrics: Any = None
+
+
+limits = Limits()
+"""This worker process's limits (one server per process)."""
+
+
+def configure(service: Any, metrics: Any = None) -> int:
+    """Take the limits from a `ServiceConfig` (and count closed connections on `metrics`); returns
+    the connection cap in force, lowered to what the open-file limit can hold."""
+    limits.header_timeout = service.header_timeout_seconds
+    limits.max_header_bytes = service.max_header_bytes
+    limits.metrics = metrics
+    limits.max_connections = _fit_file_limit(service.max_connections, service.max_in_flight + FD_RESERVE)
+    return limits.max_connections
+
+
+def _fit_file_limit(wanted: int, reserve: int) -> int:
+    """`wanted` connections, raising the soft open-file limit toward the hard one if needed, or as
+    many as the limit leaves room for beside `reserve` (at least 1), with a warning."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = wanted + reserve
+    if soft != resource.RLIM_INFINITY and soft < need:
+        target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return wanted
+    fitted = max(1, soft - reserve)
+    logger.warning(f"the open-file limit ({soft}) holds {fitted} client connections beside {reserve} for requests' "
+                   f"own connections, not service.max_connections={wanted}; raise it (ulimit -n {need}, or LimitNOFILE "
+                   "in a systemd unit) to allow them", extra={"event": "connection_cap_lowered"})
+    return fitted
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the limits above (`reflection serve` passes it as `http`)."""
+
+    # Per server (one per worker process): the connections with no request under way, oldest first.
+    _idle_by_server: ClassVar[dict[int, OrderedDict[GuardedHttpToolsProtocol, None]]] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._idle = self._idle_by_server.setdefault(id(self.server_state), OrderedDict())
+        self._header_timer: Any = None
+        self._header_bytes = 0
+        self._in_headers = False
+        self._too_large = False
+
+    # --- the connection ---------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > limits.max_connections and not self._evict_idle():
+            self._close_with(503, "the server is at its connection cap (service.max_connections); retry shortly",
+                             "refused", b"retry-after: 1\r\n")
+            return
+        self._idle[self] = None
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._idle.pop(self, None)
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # Bytes with no request under way (the next request's first ones, or bytes the parser
+        # skips): its headers' time starts now. A request under way is the deadline's business.
+        if self._header_timer is None and not self._busy() and not self.transport.is_closing():
+            self._arm_header_timer()
+
+    def send_400_response(self, msg: str) -> None:
+        if self._too_large:  # on_url/on_header stopped the parser
+            self._close_with(431, f"request headers larger than {limits.max_header_bytes} bytes "
+                                  "(service.max_header_bytes)", "header_too_large")
+            return
+        super().send_400_response(msg)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.transport.is_closing() or self.pipeline or self._busy():
+            return
+        self._idle[self] = None
+        self._idle.move_to_end(self)
+        if self._in_headers:  # the next request had begun arriving while this one was answered
+            self._arm_header_timer()
+
+    # --- the parser's callbacks ---------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_headers = True
+        self._header_bytes = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._count_header_bytes(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_header_bytes(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_headers = False
+        self._idle.pop(self, None)
+        self._cancel_header_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        if self.scope is not None:
+            self.scope["state"][ARRIVED] = time.perf_counter()
+        super().on_message_complete()
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _busy(self) -> bool:
+        """A request is under way: parsed and not yet answered in full."""
+        return self.cycle is not None and not self.cycle.response_complete
+
+    def _count_header_bytes(self, size: int) -> None:
+        self._header_bytes += size
+        if self._header_bytes > limits.max_header_bytes:
+            self._too_large = True
+            raise ValueError("request headers too large")  # httptools stops; uvicorn calls send_400_response
+
+    def _arm_header_timer(self) -> None:
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(limits.header_timeout, self._header_deadline)
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_deadline(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing() or self._busy():
+            return  # a request is under way; on_response_complete re-arms if the next one is partial
+        # A request begun and not finished hears why; a connection that sent nothing is just closed.
+        self._close_with(408, f"no complete request headers within {limits.header_timeout:g} s "
+                              "(service.header_timeout_seconds)", "header_timeout", answer=self._in_headers)
+
+    def _evict_idle(self) -> bool:
+        """Close the longest-idle other connection; False when none is idle."""
+        for other in self._idle:
+            if other is not self:
+                # Kept alive between requests: closed as a keep-alive timeout would close it.
+                other._close_with(503, "closed for a new connection at the connection cap (service.max_connections)",
+                                  "evicted", b"retry-after: 1\r\n", answer=other._in_headers)
+                return True
+        return False
+
+    def _close_with(self, status: int, detail: str, reason: str, extra: bytes = b"", *, answer: bool = True) -> None:
+        """Answer `status` with a JSON problem (when `answer`) and close the connection; no request
+        is under way on it."""
+        self._idle.pop(self, None)
+        self._cancel_header_timer()
+        if self.transport.is_closing():
+            return
+        if answer:
+            body = b'{"detail":"' + detail.encode() + b'"}'
+            head = STATUS_LINE[status] + b"content-type: application/json\r\nconnection: close\r\n" + extra
+            self.transport.write(head + b"content-length: %d\r\n\r\n" % len(body) + body)
+        self.transport.close()
+        if limits.metrics is not None:
+            limits.metrics.connections_closed.labels(reason).inc()
+
