@@ -38,11 +38,13 @@ LITELLM_AUTH_HEADER = "x-api-key"
 """A service key may come here instead of `Authorization`, which the gateway then passes upstream."""
 
 ARRIVED = "arrived_at"
+DEADLINE = "deadline"
+"""The scope state key of the request's deadline (`time.monotonic()`)."""
 """The `scope["state"]` key of the moment (`time.perf_counter()`) the request's body had fully
 arrived: set by the server's connection protocol when it runs under `reflection serve`, else by
 this middleware. Deadlines count from it, so time spent queueing counts against them."""
 
-_CREDENTIALS = frozenset({"authorization", AUTH_HEADER})
+_CREDENTIALS = frozenset({"authorization", AUTH_HEADER, LITELLM_AUTH_HEADER})
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _QUIET = frozenset({"/healthz", "/readyz", "/metrics"})
 
@@ -99,10 +101,6 @@ class ServiceMiddleware:
             request_id = uuid.uuid4().hex
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
-        # When the request arrived: the gate's deadline counts queueing too, and a stream ends
-        # with an error event of its own before this middleware's deadline would cut it.
-        state["started"] = started
-        state["deadline"] = time.monotonic() + self.deadline_seconds
         response = {"status": 0, "actions": None}
 
         async def send_with_id(message: dict[str, Any]) -> None:
@@ -196,6 +194,8 @@ class ServiceMiddleware:
                 arrived = state.get(ARRIVED)
                 if arrived is None:
                     arrived = state[ARRIVED] = time.perf_counter()
+                # A stream ends with an error event of its own before this deadline would cut it.
+                state[DEADLINE] = time.monotonic() + self.deadline_seconds - (time.perf_counter() - arrived)
                 refusal = self._busy(key)
                 if refusal is not None:
                     await _send_json(send, *refusal)

@@ -25,7 +25,7 @@ from reflection.pipeline import Reflector, _is_parallel
 from reflection.rows import InputRow, RowError, parse_line, read_row, result_row
 from reflection.service import _guardrail
 from reflection.service._metrics import CONTENT_TYPE_LATEST, Metrics
-from reflection.service._middleware import ServiceMiddleware
+from reflection.service._middleware import ServiceMiddleware, arrival
 from reflection.static import check_call, check_calls
 
 __all__ = ["DecisionOut", "ResultRow", "RowIn", "create_app"]
@@ -194,7 +194,8 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
             if config.upstream is not None:
                 state.gateway = await stack.enter_async_context(
                     Gateway(config.upstream, state.gate, metrics, connections=config.service.max_in_flight,
-                            max_body_bytes=config.service.max_body_bytes))
+                            max_body_bytes=config.service.max_body_bytes,
+                            max_calls=config.service.max_calls_per_request))
             yield
 
     app = FastAPI(
@@ -267,8 +268,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         several calls, `{"id", "decisions": [...]}` in call order."""
         row = _read_row(await read_json(request), max_calls)
         try:
-            decided = await state.gate.check(row.call, row.tools, row.history,
-                                             started=request.scope.get("state", {}).get("started"))
+            decided = await state.gate.check(row.call, row.tools, row.history, started=arrival(request.scope))
         except (TypeError, ValueError) as exc:
             raise HTTPException(422, f"row {row.id}: cannot be gated: {type(exc).__name__}: {exc}") from None
         decisions = decided if isinstance(decided, list) else [decided]

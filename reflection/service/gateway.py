@@ -44,7 +44,7 @@ from reflection._json import dumps, parse_json, parse_json_keeping
 from reflection._own_words import remember
 from reflection.config import UpstreamConfig
 from reflection.model import _plain
-from reflection.service._middleware import AUTH_HEADER
+from reflection.service._middleware import ARRIVED, AUTH_HEADER, DEADLINE
 from reflection.service._sse import Event, StreamTooLarge, events
 
 __all__ = ["Gateway"]
@@ -138,9 +138,9 @@ class Gateway:
                 if "accept-encoding" in headers:  # the bytes go back as they come: in an encoding the client takes
                     out_headers["accept-encoding"] = headers["accept-encoding"]
                 return await self._pass_through(raw, out_headers, secrets)
-            started = state.get("started")
+            started = state.get(ARRIVED)
             if body.get("stream"):
-                return await self._stream(raw, body, out_headers, secrets, started, state.get("deadline"))
+                return await self._stream(raw, body, out_headers, secrets, started, state.get(DEADLINE))
             return await self._complete(raw, body, out_headers, secrets, started)
         except _Refused as refused:
             return refused.response
