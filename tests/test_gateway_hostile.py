@@ -290,3 +290,12 @@ def test_a_huge_reply_is_refused_and_the_next_request_is_served(client):
 def test_a_huge_streamed_line_ends_the_stream_with_an_error_event(client):
     with pytest.raises(openai.APIError, match="max_response_bytes"):
         _stream(client, "huge-line:1")
+
+
+def test_expect_100_continue_is_not_forwarded(gateway, hostile):
+    # An upstream that never answers `Expect: 100-continue` would hang the request to its deadline.
+    mark = hostile.received()[-1]["seq"] if hostile.received() else 0
+    body = {"model": "m", "messages": _messages("valid"), "tools": TOOLS}
+    response = httpx.post(gateway.url + "/v1/chat/completions", json=body, headers={"expect": "100-continue"}, timeout=30)
+    assert response.status_code == 200
+    assert [r["headers"].get("expect") for r in hostile.received(since=mark)] == [None]
