@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import pytest
 
-from reflection import Gate, GatePolicy, ReflectionConfig, ToolRule
+from reflection import Decision, Gate, GatePolicy, ReflectionConfig, ToolRule
 from reflection.testing import FakeJudge
 
 QUESTION = "What's the weather in Paris right now?"
@@ -183,6 +183,17 @@ def hallucination(fake: FakeJudge) -> None:
                 explanation="the user asked about Paris; Tokyo appears nowhere in the conversation")
 
 
+class RecordingGate(Gate):
+    """A gate that keeps every decision it hands to the hook."""
+
+    decisions: list[Decision]
+
+    async def check(self, call: Any, tools: Any, history: Any = None) -> Decision | list[Decision]:
+        decision = await super().check(call, tools, history)
+        self.decisions.extend(decision if isinstance(decision, list) else [decision])
+        return decision
+
+
 # --- the gate's own words never ground a value (issue 20, item 1) -------------------------------
 
 def _needs_core_recognition(framework: str) -> Any:
@@ -238,14 +249,17 @@ async def test_openai_agents_a_hallucinated_call_repeated_in_a_follow_up_run_is_
 @pytest.mark.parametrize("on_invalid", ["reflect", "deny"])
 async def test_a_call_repeated_unchanged_never_runs_and_every_attempt_gets_the_same_feedback(framework, on_invalid):
     steps: list[Step] = [[weather("Paris", f"c{i}", units="kelvin")] for i in range(1, 5)] + ["No weather, sorry."]
-    async with Gate(ReflectionConfig(), policy=GatePolicy(on_invalid=on_invalid)) as gate:
+    async with RecordingGate(ReflectionConfig(), policy=GatePolicy(on_invalid=on_invalid)) as gate:
+        gate.decisions = []
         outcome = await FRAMEWORKS[framework](gate, steps)
     assert outcome.error is None, outcome.error  # no "exceeded max retries": a refusal costs no retry
     assert outcome.received == []
     assert outcome.final == "No weather, sorry."
-    texts = {outcome.shown[f"c{i}"] for i in range(1, 5)}
-    assert len(texts) == 1  # the gate's feedback, unchanged, each time
-    (text,) = texts
+    assert [d.action for d in gate.decisions] == [on_invalid] * 4
+    # The model is shown the gate's feedback exactly as the gate wrote it, so the gate can
+    # recognise its own words when they come back in the conversation.
+    assert [outcome.shown[f"c{i}"] for i in range(1, 5)] == [d.feedback for d in gate.decisions]
+    text = outcome.shown["c1"]
     assert text.startswith("The call to get_weather was not run.") and text.count("was not run") == 1
     assert '"kelvin"' in text
 

@@ -192,3 +192,14 @@ async def test_a_person_denies_an_escalated_call_and_the_model_gets_the_denial()
             approvals={"c1": ToolDenied("A person refused this refund.")}))
     assert refunds == []
     assert tool_returns(seen[-1])["c1"] == "A person refused this refund."
+
+
+async def test_arguments_that_are_not_json_are_reported_as_such_not_as_pydantic_ais_stand_in():
+    model, seen = scripted(("refund_order", '{"order_id": "ORD-1042", "amount": 49.9', "c1"), "done")
+    async with Gate(ReflectionConfig()) as gate:
+        agent, refunds = build(gate, model)
+        await agent.run(QUESTION)
+    feedback = tool_returns(seen[1])["c1"]
+    assert refunds == []
+    assert "arguments are not valid JSON" in feedback
+    assert "INVALID_JSON" not in feedback  # Pydantic AI's stand-in key for text it cannot parse
