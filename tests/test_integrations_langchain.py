@@ -169,3 +169,28 @@ async def test_gated_tool_node_in_a_graph_blocks_then_runs(mode):
     assert results["c1"].status == "error" and "order ORD-999 appears nowhere" in results["c1"].content
     assert results["c2"].content == "refunded 49.9 on ORD-1042"
     assert "get_order" in fake.requests[0].prompt  # the node knows every tool
+
+
+async def test_a_correction_that_renames_the_tool_is_refused_not_run_as_either_tool():
+    ran: list = []
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Weather for a city."""
+        ran.append(("get_weather", city))
+        return "12 degrees"
+
+    @tool
+    def get_wether(city: str) -> str:
+        """Deprecated spelling, kept for old prompts; the gate is not told about it."""
+        ran.append(("get_wether", city))
+        return "12 degrees"
+
+    model = ScriptedChatModel(seen=[], responses=calls(("get_wether", {"city": "Paris"}, "c1"), "done"))
+    async with Gate(ReflectionConfig()) as gate:
+        agent = create_agent(model, [get_weather, get_wether],
+                             middleware=[ReflectionMiddleware(gate, tools=[get_weather])])
+        state = await agent.ainvoke({"messages": [HumanMessage("Weather in Paris?")]})
+    assert ran == []  # neither the misspelled tool with the gate's arguments nor the guessed one
+    answer = tool_results(state)["c1"]
+    assert answer.status == "error" and "get_weather" in answer.content

@@ -54,11 +54,12 @@ def approval_text(decision: Decision) -> str:
 def correction_note(decision: Decision) -> str | None:
     """For a `modify` decision, the short note saying what the gate changed before the call
     ran (each change quoted and bounded), else None."""
-    if decision.action != "modify" or decision.result is None:
+    if decision.action != "modify":
         return None
-    changes = [_bounded(note, _NOTE_ITEM_LIMIT) for note in decision.result.static.correction_notes]
-    if not changes:
-        return None
+    notes = decision.result.static.correction_notes if decision.result is not None else ()
+    changes = [_bounded(note, _NOTE_ITEM_LIMIT) for note in notes]
+    if not changes:  # a correction always names its changes; never let one pass unsaid
+        return NOTE_PREFIX.removesuffix(": ") + "."
     if len(changes) > _NOTE_ITEMS:
         changes = [*changes[:_NOTE_ITEMS], f"and {len(changes) - _NOTE_ITEMS} more"]
     return NOTE_PREFIX + "; ".join(changes) + "."

@@ -108,7 +108,7 @@ class ReflectionCapability(AbstractCapability[Any]):
         if decision.action == "escalate":
             raise ApprovalRequired(metadata=_metadata(decision, approval_text(decision)))
         note = correction_note(decision) if runs_as_proposed_tool(decision, call.tool_name) else None
-        if note is None:
+        if note is None:  # reflect, deny, or a correction naming another tool
             return blocked_text(decision)
         return _with_metadata(await handler(args), _metadata(decision, note))
 
