@@ -82,13 +82,10 @@ async def run_openai_agents(gate: Gate, steps: list[Step]) -> Outcome:
     return outcome
 
 
-async def run_langchain(gate: Gate, steps: list[Step]) -> Outcome:
-    from langchain.agents import create_agent
+def scripted_chat_model(steps: list[Step]) -> Any:
+    """LangChain's fake list chat model playing `steps`, recording what it was sent in `.seen`."""
     from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
-    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-    from langchain_core.tools import tool
-
-    from reflection.integrations.langchain import ReflectionMiddleware
+    from langchain_core.messages import AIMessage
 
     class Scripted(FakeMessagesListChatModel):
         seen: list[Any]
@@ -100,21 +97,64 @@ async def run_langchain(gate: Gate, steps: list[Step]) -> Outcome:
             self.seen.append(list(messages))
             return super()._generate(messages, stop, run_manager, **kwargs)
 
-    outcome = Outcome()
-    model = Scripted(seen=[], responses=[
+    return Scripted(seen=[], responses=[
         AIMessage(content=s) if isinstance(s, str) else
         AIMessage(content="", tool_calls=[{"name": n, "args": a, "id": i, "type": "tool_call"} for n, a, i in s])
         for s in steps])
-    tools = [tool(fn) for fn in weather_tools(outcome.received)]
-    agent = create_agent(model, tools, system_prompt="You answer weather questions.",
-                         middleware=[ReflectionMiddleware(gate, tools=tools)])
-    state = await agent.ainvoke({"messages": [HumanMessage(QUESTION)]})
+
+
+def langchain_outcome(outcome: Outcome, model: Any, state: dict[str, Any]) -> Outcome:
+    from langchain_core.messages import ToolMessage
+
     outcome.final = state["messages"][-1].content
     for messages in model.seen:
         for message in messages:
             if isinstance(message, ToolMessage):
                 outcome.shown[message.tool_call_id] = str(message.content)
     return outcome
+
+
+async def run_langchain(gate: Gate, steps: list[Step]) -> Outcome:
+    """`create_agent` with the middleware, run async (`Gate.check`)."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+
+    from reflection.integrations.langchain import ReflectionMiddleware
+
+    outcome = Outcome()
+    model = scripted_chat_model(steps)
+    tools = [tool(fn) for fn in weather_tools(outcome.received)]
+    agent = create_agent(model, tools, system_prompt="You answer weather questions.",
+                         middleware=[ReflectionMiddleware(gate, tools=tools)])
+    state = await agent.ainvoke({"messages": [HumanMessage(QUESTION)]})
+    return langchain_outcome(outcome, model, state)
+
+
+async def run_langgraph_sync(gate: Gate, steps: list[Step]) -> Outcome:
+    """A hand-built LangGraph graph with the gated `ToolNode`, run sync (`Gate.check_sync`, on
+    the gate's own thread) from a worker thread, as a sync application would."""
+    import anyio
+    from langchain_core.messages import HumanMessage, SystemMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    from reflection.integrations.langchain import reflection_tool_node
+
+    outcome = Outcome()
+    model = scripted_chat_model(steps)
+    tools = [tool(fn) for fn in weather_tools(outcome.received)]
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
+    graph.add_node("tools", reflection_tool_node(tools, gate))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", lambda state: "tools" if state["messages"][-1].tool_calls else END,
+                                ["tools", END])
+    graph.add_edge("tools", "model")
+    app = graph.compile()
+    start = {"messages": [SystemMessage("You answer weather questions."), HumanMessage(QUESTION)]}
+    state = await anyio.to_thread.run_sync(app.invoke, start)
+    return langchain_outcome(outcome, model, state)
 
 
 async def run_pydantic_ai(gate: Gate, steps: list[Step]) -> Outcome:
@@ -163,7 +203,7 @@ async def run_pydantic_ai(gate: Gate, steps: list[Step]) -> Outcome:
 
 Driver = Callable[[Gate, list[Step]], Awaitable[Outcome]]
 FRAMEWORKS: dict[str, Driver] = {"openai_agents": run_openai_agents, "langchain": run_langchain,
-                                 "pydantic_ai": run_pydantic_ai}
+                                 "langgraph_sync": run_langgraph_sync, "pydantic_ai": run_pydantic_ai}
 
 
 @pytest.fixture(params=list(FRAMEWORKS))
@@ -190,6 +230,11 @@ class RecordingGate(Gate):
 
     async def check(self, call: Any, tools: Any, history: Any = None) -> Decision | list[Decision]:
         decision = await super().check(call, tools, history)
+        self.decisions.extend(decision if isinstance(decision, list) else [decision])
+        return decision
+
+    def check_sync(self, call: Any, tools: Any, history: Any = None) -> Decision | list[Decision]:
+        decision = super().check_sync(call, tools, history)
         self.decisions.extend(decision if isinstance(decision, list) else [decision])
         return decision
 
@@ -304,7 +349,7 @@ async def test_parallel_calls_with_a_correctable_one_run_each_call_once_and_say_
         assert outcome.shown["c1"].endswith('Corrected call (passes the static checks): get_weather '
                                             '{"city":"Paris","units":"celsius"}')
         assert outcome.shown["c3"] == "12 degrees celsius in Paris"
-    elif framework == "langchain":
+    elif framework in ("langchain", "langgraph_sync"):
         assert outcome.shown["c1"] == f"12 degrees celsius in Paris\n\n{note}"
     else:  # Pydantic AI: the note is in the tool return's metadata, for the application
         assert outcome.shown["c1"] == "12 degrees celsius in Paris"
