@@ -203,3 +203,12 @@ async def test_arguments_that_are_not_json_are_reported_as_such_not_as_pydantic_
     assert refunds == []
     assert "arguments are not valid JSON" in feedback
     assert "INVALID_JSON" not in feedback  # Pydantic AI's stand-in key for text it cannot parse
+
+
+async def test_an_escalated_call_approved_as_sent_is_still_validated_before_it_runs():
+    async with Gate(ReflectionConfig(), policy=GatePolicy(on_invalid="escalate")) as gate:
+        agent, refunds, history, requests, seen = await escalated_invalid_call(gate, "I need the amount as a number.")
+        await agent.run(message_history=history, deferred_tool_results=requests.build_results(approve_all=True))
+    assert refunds == []  # approval does not make "forty-nine ninety" a number
+    (retry,) = [p for p in seen[-1][-1].parts if isinstance(p, ToolReturnPart) and p.tool_call_id == "c1"]
+    assert retry.outcome == "retried" and "valid number" in retry.model_response_str()
