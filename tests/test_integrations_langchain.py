@@ -2,14 +2,15 @@
 scripted chat model (no network)."""
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import Command
 
 from reflection import Gate, GatePolicy, ReflectionConfig
 from reflection.integrations import EscalationRequired
@@ -79,7 +80,7 @@ async def test_middleware_answers_an_invalid_call_with_the_feedback_and_runs_the
     assert later[-1]["content"].startswith("The call to refund_order was not run.")
 
 
-def test_sync_middleware_runs_the_verified_correction_where_the_tool_would_reject_the_call():
+def test_sync_middleware_runs_the_verified_correction_where_the_tool_would_reject_the_call_and_says_so():
     readings: list = []
 
     @tool
@@ -94,7 +95,25 @@ def test_sync_middleware_runs_the_verified_correction_where_the_tool_would_rejec
         state = agent.invoke({"messages": [HumanMessage("Weather in Oslo, in Celsius?")]})
     # "Celsius" fails the tool's own validation; the gate's verified correction is what ran.
     assert readings == [{"city": "Oslo", "units": "celsius"}]
-    assert tool_results(state)["c1"].content == "12 degrees"
+    assert tool_results(state)["c1"].content == (
+        '12 degrees\n\nNote from reflection: the call was corrected before it ran: '
+        '$.units: changed "Celsius" to the allowed value "celsius".')
+    assert model.seen[1][-1].content == tool_results(state)["c1"].content  # the model read the note too
+
+
+async def test_the_correction_note_goes_into_the_tool_message_of_a_tool_that_returns_a_command():
+    @tool
+    def set_units(units: Literal["celsius", "fahrenheit"], tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
+        """Set the units for later answers."""
+        return Command(update={"messages": [ToolMessage(f"units set to {units}", tool_call_id=tool_call_id)]})
+
+    model = ScriptedChatModel(seen=[], responses=calls(("set_units", {"units": "Celsius"}, "c1"), "done"))
+    async with Gate(ReflectionConfig()) as gate:
+        agent = create_agent(model, [set_units], middleware=[ReflectionMiddleware(gate, tools=[set_units])])
+        state = await agent.ainvoke({"messages": [HumanMessage("Use Celsius from now on.")]})
+    assert tool_results(state)["c1"].content == (
+        'units set to celsius\n\nNote from reflection: the call was corrected before it ran: '
+        '$.units: changed "Celsius" to the allowed value "celsius".')
 
 
 async def test_middleware_escalate_raises_with_the_decision():
@@ -109,6 +128,9 @@ async def test_middleware_escalate_raises_with_the_decision():
                 await agent.ainvoke({"messages": [HumanMessage(QUESTION)]})
     assert refunds == []
     assert raised.value.decision.action == "escalate" and raised.value.decision.tool == "refund_order"
+    # Written for the person who approves, not for the model.
+    assert str(raised.value) == ('The call to "refund_order" is waiting for a person\'s approval: '
+                                 "judge checks failed: general_hallucination_check.")
 
 
 def graph_with(node, model) -> Any:
@@ -147,3 +169,28 @@ async def test_gated_tool_node_in_a_graph_blocks_then_runs(mode):
     assert results["c1"].status == "error" and "order ORD-999 appears nowhere" in results["c1"].content
     assert results["c2"].content == "refunded 49.9 on ORD-1042"
     assert "get_order" in fake.requests[0].prompt  # the node knows every tool
+
+
+async def test_a_correction_that_renames_the_tool_is_refused_not_run_as_either_tool():
+    ran: list = []
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Weather for a city."""
+        ran.append(("get_weather", city))
+        return "12 degrees"
+
+    @tool
+    def get_wether(city: str) -> str:
+        """Deprecated spelling, kept for old prompts; the gate is not told about it."""
+        ran.append(("get_wether", city))
+        return "12 degrees"
+
+    model = ScriptedChatModel(seen=[], responses=calls(("get_wether", {"city": "Paris"}, "c1"), "done"))
+    async with Gate(ReflectionConfig()) as gate:
+        agent = create_agent(model, [get_weather, get_wether],
+                             middleware=[ReflectionMiddleware(gate, tools=[get_weather])])
+        state = await agent.ainvoke({"messages": [HumanMessage("Weather in Paris?")]})
+    assert ran == []  # neither the misspelled tool with the gate's arguments nor the guessed one
+    answer = tool_results(state)["c1"]
+    assert answer.status == "error" and "get_weather" in answer.content

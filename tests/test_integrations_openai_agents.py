@@ -8,6 +8,7 @@ from agents.exceptions import ToolInputGuardrailTripwireTriggered
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from reflection import Gate, GatePolicy, ReflectionConfig
+from reflection.integrations import approval_text
 from reflection.integrations.openai_agents import guard_tools, reflection_guardrail
 from reflection.testing import FakeJudge
 from refund_agent import FAIL_HALLUCINATION, INSTRUCTIONS, QUESTION, refund_tools
@@ -102,6 +103,9 @@ async def test_escalate_trips_the_guardrail_and_carries_the_decision():
     decision = raised.value.output.output_info
     assert decision.action == "escalate" and decision.tool == "refund_order"
     assert decision.reason == "judge checks failed: general_hallucination_check"
+    # For the person who decides, not for the model ("propose the call again" is the model's).
+    assert approval_text(decision) == ('The call to "refund_order" is waiting for a person\'s approval: '
+                                       "judge checks failed: general_hallucination_check.")
 
 
 async def test_shadow_mode_runs_everything_and_records_what_it_would_have_done():

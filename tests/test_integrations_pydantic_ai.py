@@ -3,8 +3,16 @@
 import json
 from typing import Literal
 
-from pydantic_ai import Agent, DeferredToolRequests
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturn,
+    ToolReturnPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from reflection import Gate, GatePolicy, ReflectionConfig
@@ -78,9 +86,9 @@ async def test_deny_never_spends_a_retry_even_when_repeated():
     assert refunds == [] and result.output == "gave up"
 
 
-async def test_a_correction_the_tool_would_reject_is_validated_and_run():
+async def test_a_correction_the_tool_would_reject_is_validated_and_run_and_recorded_in_the_return_metadata():
     readings: list = []
-    model, _ = scripted(("get_weather", {"city": "Oslo", "units": "Celsius"}, "c1"), "12 degrees")
+    model, seen = scripted(("get_weather", {"city": "Oslo", "units": "Celsius"}, "c1"), "12 degrees")
     with Gate(ReflectionConfig()) as gate:  # no judge: the static checks decide
         agent = Agent(model, capabilities=[ReflectionCapability(gate)])
 
@@ -90,8 +98,32 @@ async def test_a_correction_the_tool_would_reject_is_validated_and_run():
             readings.append({"city": city, "units": units})
             return "12"
 
-        await agent.run("Weather in Oslo, in Celsius?")
+        result = await agent.run("Weather in Oslo, in Celsius?")
     assert readings == [{"city": "Oslo", "units": "celsius"}]
+    assert tool_returns(seen[1])["c1"] == "12"  # the model sees the tool's own result
+    (part,) = [p for m in result.all_messages() if isinstance(m, ModelRequest) for p in m.parts
+               if isinstance(p, ToolReturnPart)]
+    assert part.metadata["message"] == ('Note from reflection: the call was corrected before it ran: '
+                                        '$.units: changed "Celsius" to the allowed value "celsius".')
+    assert part.metadata["reflection"]["action"] == "modify"
+    assert part.metadata["reflection"]["call"]["arguments"] == {"city": "Oslo", "units": "celsius"}
+
+
+async def test_a_correction_keeps_the_metadata_of_a_tool_that_returns_its_own():
+    model, _ = scripted(("get_weather", {"city": "Oslo", "units": "Celsius"}, "c1"), "done")
+    with Gate(ReflectionConfig()) as gate:
+        agent = Agent(model, capabilities=[ReflectionCapability(gate)])
+
+        @agent.tool_plain
+        def get_weather(city: str, units: Literal["celsius", "fahrenheit"]) -> ToolReturn:
+            """Weather for a city."""
+            return ToolReturn(return_value="12", metadata={"station": "OSL"})
+
+        result = await agent.run("Weather in Oslo, in Celsius?")
+    (part,) = [p for m in result.all_messages() if isinstance(m, ModelRequest) for p in m.parts
+               if isinstance(p, ToolReturnPart)]
+    assert part.content == "12" and part.metadata["station"] == "OSL"
+    assert part.metadata["message"].startswith("Note from reflection: the call was corrected")
 
 
 async def test_escalate_defers_the_call_for_a_person_and_an_approved_call_runs():
@@ -110,3 +142,73 @@ async def test_escalate_defers_the_call_for_a_person_and_an_approved_call_runs()
                                      deferred_tool_results=first.output.build_results(approve_all=True))
     assert refunds == [{"order_id": "ORD-999", "amount": 49.9}]  # a person approved it
     assert second.output == "Refund done."
+
+
+def amount_in_words(*ids: str) -> list[tuple[str, dict, str]]:
+    """The same refund, with an amount no validator accepts, proposed once per id."""
+    return [("refund_order", {"order_id": "ORD-1042", "amount": "forty-nine ninety"}, i) for i in ids]
+
+
+async def escalated_invalid_call(gate: Gate, *then: tuple[str, dict, str] | str,
+                                 ) -> tuple[Agent, list[dict], list, DeferredToolRequests, list]:
+    """A run whose model proposes the refund with an amount in words, then follows `then`."""
+    model, seen = scripted(*amount_in_words("c1"), *then)
+    agent, refunds = build(gate, model, output_type=[str, DeferredToolRequests])
+    first = await agent.run(QUESTION)
+    assert isinstance(first.output, DeferredToolRequests)
+    return agent, refunds, first.all_messages(), first.output, seen
+
+
+async def test_escalate_defers_a_call_whose_arguments_the_tool_would_reject_instead_of_a_validation_retry():
+    async with Gate(ReflectionConfig(), policy=GatePolicy(on_invalid="escalate")) as gate:
+        # Before, the model got Pydantic's validation error, and repeating the call ended the
+        # run with "exceeded max retries".
+        _, refunds, _, requests, seen = await escalated_invalid_call(gate, *amount_in_words("c2", "c3"), "gave up")
+    assert refunds == [] and len(seen) == 1  # the run stopped at the first call: no retry, no re-ask
+    (pending,) = requests.approvals
+    assert (pending.tool_call_id, pending.tool_name) == ("c1", "refund_order")
+    assert pending.args_as_dict() == {"order_id": "ORD-1042", "amount": "forty-nine ninety"}
+    metadata = requests.metadata["c1"]
+    assert metadata["reflection"]["action"] == "escalate"
+    assert metadata["reflection"]["reason"] == "static checks failed: incorrect_parameter_type"
+    assert metadata["message"] == ('The call to "refund_order" is waiting for a person\'s approval: '
+                                   "static checks failed: incorrect_parameter_type.")
+
+
+async def test_a_person_approves_an_escalated_call_with_corrected_arguments_and_it_runs():
+    async with Gate(ReflectionConfig(), policy=GatePolicy(on_invalid="escalate")) as gate:
+        agent, refunds, history, _, seen = await escalated_invalid_call(gate, "Refund done.")
+        second = await agent.run(message_history=history, deferred_tool_results=DeferredToolResults(
+            approvals={"c1": ToolApproved(override_args={"order_id": "ORD-1042", "amount": 49.9})}))
+    assert refunds == [{"order_id": "ORD-1042", "amount": 49.9}]
+    assert tool_returns(seen[-1])["c1"] == "refunded 49.9 on ORD-1042"
+    assert second.output == "Refund done."
+
+
+async def test_a_person_denies_an_escalated_call_and_the_model_gets_the_denial():
+    async with Gate(ReflectionConfig(), policy=GatePolicy(on_invalid="escalate")) as gate:
+        agent, refunds, history, _, seen = await escalated_invalid_call(gate, "I could not refund it.")
+        await agent.run(message_history=history, deferred_tool_results=DeferredToolResults(
+            approvals={"c1": ToolDenied("A person refused this refund.")}))
+    assert refunds == []
+    assert tool_returns(seen[-1])["c1"] == "A person refused this refund."
+
+
+async def test_arguments_that_are_not_json_are_reported_as_such_not_as_pydantic_ais_stand_in():
+    model, seen = scripted(("refund_order", '{"order_id": "ORD-1042", "amount": 49.9', "c1"), "done")
+    async with Gate(ReflectionConfig()) as gate:
+        agent, refunds = build(gate, model)
+        await agent.run(QUESTION)
+    feedback = tool_returns(seen[1])["c1"]
+    assert refunds == []
+    assert "arguments are not valid JSON" in feedback
+    assert "INVALID_JSON" not in feedback  # Pydantic AI's stand-in key for text it cannot parse
+
+
+async def test_an_escalated_call_approved_as_sent_is_still_validated_before_it_runs():
+    async with Gate(ReflectionConfig(), policy=GatePolicy(on_invalid="escalate")) as gate:
+        agent, refunds, history, requests, seen = await escalated_invalid_call(gate, "I need the amount as a number.")
+        await agent.run(message_history=history, deferred_tool_results=requests.build_results(approve_all=True))
+    assert refunds == []  # approval does not make "forty-nine ninety" a number
+    (retry,) = [p for p in seen[-1][-1].parts if isinstance(p, ToolReturnPart) and p.tool_call_id == "c1"]
+    assert retry.outcome == "retried" and "valid number" in retry.model_response_str()

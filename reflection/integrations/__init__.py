@@ -10,10 +10,12 @@ matching extra):
 - `reflection.integrations.pydantic_ai` (`reflection[pydantic-ai]`): a Pydantic AI capability.
 
 Everywhere, `allow` runs the call, `modify` runs the verified correction where the framework
-lets a hook change arguments, `reflect` and `deny` give the model the gate's feedback as the
-tool's result (nothing is raised), and `escalate` stops for a human in the framework's own way.
+lets a hook change arguments (and says what changed in the call's result), `reflect` and `deny`
+give the model the gate's feedback, unchanged, as the tool's result (nothing is raised), and
+`escalate` stops for a human in the framework's own way; `approval_text(decision)` is the line
+to show that person.
 """
 
-from reflection.integrations._common import EscalationRequired
+from reflection.integrations._common import EscalationRequired, approval_text
 
-__all__ = ["EscalationRequired"]
+__all__ = ["EscalationRequired", "approval_text"]

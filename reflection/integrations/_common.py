@@ -1,34 +1,86 @@
-"""What every framework adapter shares: the text sent back to the model, and escalation."""
+"""What every framework adapter shares: the text sent back to the model, the note on an
+applied correction, the text a person reads on escalation, and escalation itself."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from reflection._json import dumps
+from reflection._terminal import plain
 from reflection.gate import Decision
 
 _RESULT_LIMIT = 2000
+_NAME_LIMIT = 80
+_NOTE_ITEMS = 5
+_NOTE_ITEM_LIMIT = 200
+_REASON_LIMIT = 300
+
+NOTE_PREFIX = "Note from reflection: the call was corrected before it ran: "
+"""How every correction note starts, so code reading a conversation back can recognise one."""
 
 
 class EscalationRequired(Exception):
     """The gate decided `escalate`: a person must approve or refuse the call before it runs.
 
-    Raised by adapters whose framework has no approval step of its own; `decision` says why.
+    Raised by adapters whose framework has no approval step of its own; `decision` says why,
+    and `str()` of the exception is `approval_text(decision)`, written for that person.
     """
 
     def __init__(self, decision: Decision):
-        super().__init__(f"the call to {decision.tool} needs a person's approval: {decision.reason}")
+        super().__init__(approval_text(decision))
         self.decision = decision
 
 
 def blocked_text(decision: Decision) -> str:
-    """What the model receives as the tool's result when the call is not run."""
+    """What the model receives as the tool's result when the call is not run: the gate's
+    feedback exactly as the gate wrote it (so the gate can recognise its own words when they
+    come back in the conversation), else the reflection's feedback, else the reason."""
     if decision.feedback:
         return decision.feedback
     if decision.result is not None:
         text = decision.result.feedback(_RESULT_LIMIT)
         if text:
             return text
-    return f"The call to {decision.tool} was not run: {decision.reason}."
+    return f"The call to {quoted(decision.tool)} was not run: {_bounded(decision.reason, _REASON_LIMIT)}."
+
+
+def approval_text(decision: Decision) -> str:
+    """One line for the person asked to approve an escalated call: which call, and why the
+    gate held it. Written for a person, not for the model (the feedback is the model's)."""
+    return (f"The call to {quoted(decision.tool)} is waiting for a person's approval: "
+            f"{_bounded(decision.reason, _REASON_LIMIT)}.")
+
+
+def correction_note(decision: Decision) -> str | None:
+    """For a `modify` decision, the short note saying what the gate changed before the call
+    ran (each change quoted and bounded), else None."""
+    if decision.action != "modify":
+        return None
+    notes = decision.result.static.correction_notes if decision.result is not None else ()
+    changes = [_bounded(note, _NOTE_ITEM_LIMIT) for note in notes]
+    if not changes:  # a correction always names its changes; never let one pass unsaid
+        return NOTE_PREFIX.removesuffix(": ") + "."
+    if len(changes) > _NOTE_ITEMS:
+        changes = [*changes[:_NOTE_ITEMS], f"and {len(changes) - _NOTE_ITEMS} more"]
+    return NOTE_PREFIX + "; ".join(changes) + "."
+
+
+def runs_as_proposed_tool(decision: Decision, name: str) -> bool:
+    """False when a `modify` decision's call names another tool than `name`: the hook then
+    refuses the call instead of running a tool the model did not call."""
+    if decision.action != "modify" or decision.result is None or decision.result.static.correction is None:
+        return True
+    return decision.result.static.correction.name == name
+
+
+def quoted(text: str, limit: int = _NAME_LIMIT) -> str:
+    """Untrusted text (a tool name) as one bounded, quoted JSON string."""
+    return dumps(_bounded(text, limit))
+
+
+def _bounded(text: str, limit: int) -> str:
+    line = plain(" ".join(str(text).split()), one_line=True)
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def single(decision: Decision | list[Decision]) -> Decision:

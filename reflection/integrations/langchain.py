@@ -10,9 +10,11 @@
 The gate sees the call, the tools (the middleware's `tools=`, else only the called tool), and
 the conversation in the graph state's `messages` up to the model turn that made the call.
 
-- `allow`: the tool runs. `modify`: the tool runs with the verified correction.
+- `allow`: the tool runs. `modify`: the tool runs with the verified correction, and its
+  `ToolMessage` ends with a note saying what changed ("Note from reflection: the call was
+  corrected before it ran: ..."), for the model and the application alike.
 - `reflect`, `deny`: the tool does not run; the model gets a `ToolMessage` (status `error`)
-  holding the gate's feedback, and the agent goes on.
+  holding the gate's feedback exactly as the gate wrote it, and the agent goes on.
 - `escalate`: raises `reflection.integrations.EscalationRequired` carrying the `Decision`.
 
 Sync graphs (`invoke`) use `Gate.check_sync`; async ones (`ainvoke`) `Gate.check`.
@@ -20,6 +22,7 @@ Sync graphs (`invoke`) use `Gate.check_sync`; async ones (`ainvoke`) `Gate.check
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -29,9 +32,16 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
 
 from reflection.gate import Decision, Gate
-from reflection.integrations._common import EscalationRequired, blocked_text, single
+from reflection.integrations._common import (
+    EscalationRequired,
+    blocked_text,
+    correction_note,
+    runs_as_proposed_tool,
+    single,
+)
 
 __all__ = ["ReflectionMiddleware", "reflection_tool_node"]
 
@@ -76,7 +86,9 @@ def _sync_wrapper(gate: Gate, specs: list[dict[str, Any]] | None) -> Callable[[T
     def wrap(request: ToolCallRequest, execute: Handler) -> Any:
         decision = single(gate.check_sync(*_question(request, specs)))
         outcome = _outcome(decision, request)
-        return execute(outcome) if isinstance(outcome, ToolCallRequest) else outcome
+        if not isinstance(outcome, ToolCallRequest):
+            return outcome
+        return _noted(execute(outcome), correction_note(decision), request.tool_call.get("id"))
 
     return wrap
 
@@ -85,7 +97,9 @@ def _async_wrapper(gate: Gate, specs: list[dict[str, Any]] | None) -> Callable[[
     async def wrap(request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[Any]]) -> Any:
         decision = single(await gate.check(*_question(request, specs)))
         outcome = _outcome(decision, request)
-        return await execute(outcome) if isinstance(outcome, ToolCallRequest) else outcome
+        if not isinstance(outcome, ToolCallRequest):
+            return outcome
+        return _noted(await execute(outcome), correction_note(decision), request.tool_call.get("id"))
 
     return wrap
 
@@ -100,15 +114,36 @@ def _question(request: ToolCallRequest, specs: list[dict[str, Any]] | None) -> t
 
 def _outcome(decision: Decision, request: ToolCallRequest) -> ToolCallRequest | ToolMessage:
     """The request to run (the original, or the correction) or the answer in its place."""
+    call = request.tool_call
     if decision.action == "allow":
         return request
-    if decision.action == "modify":
-        return request.override(tool_call={**request.tool_call, "args": decision.call["args"]})
+    if decision.action == "modify" and runs_as_proposed_tool(decision, call.get("name") or ""):
+        return request.override(tool_call={**call, "args": decision.call["args"]})
     if decision.action == "escalate":
         raise EscalationRequired(decision)
-    call = request.tool_call
     return ToolMessage(content=blocked_text(decision), tool_call_id=call.get("id") or "", name=call.get("name"),
                        status="error")
+
+
+def _noted(result: Any, note: str | None, call_id: str | None) -> Any:
+    """The tool's answer with the correction note added to its `ToolMessage` (in a `Command`,
+    the one answering this call); anything else is returned as it is."""
+    if note is None:
+        return result
+    if isinstance(result, ToolMessage):
+        return result.model_copy(update={"content": _with_note(result.content, note)})
+    if isinstance(result, Command) and isinstance(result.update, dict) and isinstance(result.update.get("messages"), list):
+        messages = [m.model_copy(update={"content": _with_note(m.content, note)})
+                    if isinstance(m, ToolMessage) and m.tool_call_id == call_id else m
+                    for m in result.update["messages"]]
+        return dataclasses.replace(result, update={**result.update, "messages": messages})
+    return result
+
+
+def _with_note(content: str | list[Any], note: str) -> str | list[Any]:
+    if isinstance(content, list):  # content blocks: the note is one more text block
+        return [*content, {"type": "text", "text": note}]
+    return f"{content}\n\n{note}" if content else note
 
 
 def _messages(state: Any) -> list[BaseMessage]:

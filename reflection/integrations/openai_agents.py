@@ -11,12 +11,14 @@ the run's input (`ToolContext.turn_input`; calls made earlier within the same `R
 not part of it, the SDK gives guardrails no other view of the conversation).
 
 - `allow`: the tool runs.
-- `reflect`, `deny`: the tool does not run; the gate's feedback is the tool's result for the
-  model (`reject_content`), and the run goes on.
+- `reflect`, `deny`: the tool does not run; the gate's feedback, exactly as the gate wrote it,
+  is the tool's result for the model (`reject_content`), and the run goes on.
 - `modify`: the SDK's guardrails cannot change arguments, so the tool does not run and the
-  model gets the feedback naming the verified correction, to call again with it.
+  model gets the feedback naming the verified correction, to call again with it: no
+  correction ever runs unseen.
 - `escalate`: the guardrail trips (`raise_exception`): `Runner.run` raises the SDK's
-  `ToolInputGuardrailTripwireTriggered`, whose `.output.output_info` is the `Decision`.
+  `ToolInputGuardrailTripwireTriggered`, whose `.output.output_info` is the `Decision`;
+  `reflection.integrations.approval_text(decision)` is the line to show the person who decides.
 
 The guardrail's `output_info` is always the `Decision`; `RunResult.tool_input_guardrail_results`
 lists them.

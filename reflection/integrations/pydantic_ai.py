@@ -10,17 +10,23 @@ tool of the run step and the run's messages up to the model turn that made the c
 
 - `allow`: validation and the tool run as usual.
 - `modify`: the verified correction is validated and run in place of the model's arguments.
-- `reflect`, `deny`: validation and the tool are skipped; the gate's feedback is the tool's
-  result for the model, and the run goes on (no retry is spent).
-- `escalate`: the call is deferred for a person (`ApprovalRequired`, the framework's own
-  human-in-the-loop step, with the `Decision` as JSON in the deferral's metadata under
-  `"reflection"`): give the agent `output_type=[str, DeferredToolRequests]`. A call a person
-  approved is not gated again.
+  The change is recorded in Pydantic AI's channel for the application, the tool return's
+  metadata (`ToolReturnPart.metadata`): `"reflection"` holds the `Decision` as JSON and
+  `"message"` the note saying what changed. The model sees the tool's result unchanged.
+- `reflect`, `deny`: validation and the tool are skipped; the gate's feedback, exactly as the
+  gate wrote it, is the tool's result for the model, and the run goes on (no retry is spent).
+- `escalate`: validation and the tool are skipped and the call is deferred for a person
+  (`ApprovalRequired`, the framework's own human-in-the-loop step) with its arguments as the
+  model sent them, valid or not: give the agent `output_type=[str, DeferredToolRequests]`. The
+  deferral's metadata holds the `Decision` as JSON under `"reflection"` and a line for the
+  person under `"message"`. Resume with `DeferredToolResults`: an approved call is not gated
+  again, but Pydantic AI validates its arguments (approve with `ToolApproved(override_args=...)`
+  to fix them); a denied call answers the model with the denial's message.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic_ai import RunContext
@@ -34,13 +40,21 @@ from pydantic_ai.messages import (
     SystemPromptPart,
     TextPart,
     ToolCallPart,
+    ToolReturn,
     ToolReturnPart,
     UserPromptPart,
 )
 from pydantic_ai.tools import ToolDefinition
 
 from reflection.gate import Decision, Gate
-from reflection.integrations._common import blocked_text, single, text_of
+from reflection.integrations._common import (
+    approval_text,
+    blocked_text,
+    correction_note,
+    runs_as_proposed_tool,
+    single,
+    text_of,
+)
 
 __all__ = ["ReflectionCapability"]
 
@@ -51,7 +65,8 @@ class ReflectionCapability(AbstractCapability[Any]):
 
     gate: Gate
     _held: dict[str, Decision] = field(default_factory=dict, repr=False)
-    """This run's calls the gate did not let run, by tool call id, from validation to execution."""
+    """This run's calls the gate did not run as proposed (held or corrected), by tool call id,
+    from validation to execution."""
 
     def __init__(self, gate: Gate):
         self.gate = gate
@@ -71,26 +86,50 @@ class ReflectionCapability(AbstractCapability[Any]):
         """Decide on the raw arguments: validate them, validate the correction, or hold the call."""
         if ctx.tool_call_approved:  # a person approved this call after an escalation
             return await handler(args)
-        raw = {"id": call.tool_call_id, "name": call.tool_name, "arguments": call.args_as_dict()}
+        raw = {"id": call.tool_call_id, "name": call.tool_name, "arguments": _raw_arguments(call)}
         decision = single(await self.gate.check(raw, _tool_specs(ctx, tool_def), _history(ctx.messages, call.tool_call_id)))
         if decision.action == "allow":
             return await handler(args)
-        if decision.action == "modify":
-            return await handler(decision.call["arguments"])
+        if decision.action == "modify" and runs_as_proposed_tool(decision, call.tool_name):
+            validated = await handler(decision.call["arguments"])
+            self._held[call.tool_call_id] = decision
+            return validated
         self._held[call.tool_call_id] = decision
-        if decision.action == "escalate":
-            return await handler(args)  # a person approves valid arguments
-        raise SkipToolValidation(raw["arguments"])  # the tool will not run; nothing to validate
+        # The tool will not run now: nothing to validate. An escalated call goes to a person as
+        # the model sent it; Pydantic AI validates it if the person approves it.
+        raise SkipToolValidation(call.args_as_dict())
 
     async def wrap_tool_execute(self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition,
                                 args: dict[str, Any], handler: Any) -> Any:
-        """Run the tool, or answer in its place for a held call."""
+        """Run the tool (noting an applied correction), or answer in its place for a held call."""
         decision = self._held.pop(call.tool_call_id, None)
         if decision is None:
             return await handler(args)
         if decision.action == "escalate":
-            raise ApprovalRequired(metadata={"reflection": decision.model_dump(mode="json")})
-        return blocked_text(decision)
+            raise ApprovalRequired(metadata=_metadata(decision, approval_text(decision)))
+        note = correction_note(decision) if runs_as_proposed_tool(decision, call.tool_name) else None
+        if note is None:  # reflect, deny, or a correction naming another tool
+            return blocked_text(decision)
+        return _with_metadata(await handler(args), _metadata(decision, note))
+
+
+def _raw_arguments(call: ToolCallPart) -> Any:
+    """The arguments as the model sent them: JSON text stays text, so the gate reports text that
+    does not parse instead of Pydantic AI's `{"INVALID_JSON": ...}` stand-in."""
+    return call.args if isinstance(call.args, str) and call.args.strip() else call.args_as_dict()
+
+
+def _metadata(decision: Decision, message: str) -> dict[str, Any]:
+    return {"reflection": decision.model_dump(mode="json"), "message": message}
+
+
+def _with_metadata(result: Any, metadata: dict[str, Any]) -> ToolReturn[Any]:
+    """The tool's result with `metadata` for the application (never sent to the model)."""
+    if not isinstance(result, ToolReturn):
+        return ToolReturn(return_value=result, metadata=metadata)
+    if result.metadata is None or isinstance(result.metadata, dict):  # keep the tool's own metadata
+        return replace(result, metadata={**(result.metadata or {}), **metadata})
+    return replace(result, metadata={**metadata, "tool": result.metadata})
 
 
 def _tool_specs(ctx: RunContext[Any], called: ToolDefinition) -> list[dict[str, Any]]:
