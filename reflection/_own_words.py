@@ -6,7 +6,8 @@ otherwise ground the very value it refused on the next round, and the judge woul
 conversation. Every conversation is read through `strip_own_words`, which recognises the
 gate's text in two independent ways, so neither a hook nor a user has to be trusted to label it:
 
-- by structure: a feedback block starts with a line holding `FEEDBACK_MARKER`; that line and
+- by structure: a feedback block starts with a line holding one of `FEEDBACK_HEADERS` (or a
+  hook's note, `NOTE_MARKER`); that line and
   the block's own lines after it (bullets, indented lines, the suggested call) are removed,
   wherever the block sits in a message and whatever the caller wrapped around it;
 - by memory: every line of every text the gate wrote in this process is remembered as a
@@ -23,16 +24,23 @@ import threading
 
 from reflection._lru import LRU
 
-__all__ = ["FEEDBACK_MARKER", "REFUSAL_LABEL", "remember", "strip_own_words"]
+__all__ = ["FEEDBACK_HEADERS", "NOTE_MARKER", "REFUSAL_LABEL", "remember", "strip_own_words"]
 
-FEEDBACK_MARKER = "was not run. Fix these problems and propose the call again"
-"""The phrase on the first line of every feedback text the gate writes."""
+FEEDBACK_HEADERS = {
+    "reflect": "was not run. Fix these problems and propose the call again",
+    "deny": "was refused and will not run. These are the problems",
+    "escalate": "is waiting for a person's approval. These are the problems",
+}
+"""Per blocking action, the phrase on the first line of the feedback the gate writes for it."""
+NOTE_MARKER = "Note from reflection:"
+"""How a note the hooks add to a tool's result (an applied correction) starts."""
+_MARKERS = (*FEEDBACK_HEADERS.values(), NOTE_MARKER)
 
 REFUSAL_LABEL = "[reflection refused an earlier tool call here; its feedback is omitted]"
 """What replaces the gate's words in a conversation."""
 
 # Lines of a feedback block after its header: bullets, their indented details, the suggestion.
-_BLOCK_LINE_STARTS = ("- ", "  ", "Corrected call", "Did you mean", "(")
+_BLOCK_LINE_STARTS = ("- ", "  ", "Suggested call", "(")
 # Shorter lines are too generic to remove on memory alone ("- city" could be the user's own).
 _MIN_REMEMBERED = 16
 _REMEMBERED_LINES = 16_384
@@ -59,15 +67,16 @@ def remember(text: str | None) -> None:
 def strip_own_words(text: str) -> str | None:
     """`text` without the gate's own words, labelled; None when it holds none (the usual case,
     one substring test and, once the gate has written something, one look-up per line)."""
-    if FEEDBACK_MARKER not in text and not (_lines.data and _has_remembered(text)):
+    if not _marked(text) and not (_lines.data and _has_remembered(text)):
         return None
     kept: list[str] = []
     removed = False
     in_block = False
     for line in text.splitlines():
-        if FEEDBACK_MARKER in line:
+        if _marked(line):
             in_block = removed = True
-            before = line.split("The call to", 1)[0].rstrip() if "The call to" in line else ""
+            cut = "The call to" if "The call to" in line else NOTE_MARKER
+            before = line.split(cut, 1)[0].rstrip() if cut in line else ""
             if before:  # what a caller wrote before the header on the same line ("Error: ")
                 kept.append(before)
             continue
@@ -84,6 +93,10 @@ def strip_own_words(text: str) -> str | None:
         kept.pop()
     kept.append(REFUSAL_LABEL)
     return "\n".join(kept)
+
+
+def _marked(text: str) -> bool:
+    return any(marker in text for marker in _MARKERS)
 
 
 def _has_remembered(text: str) -> bool:

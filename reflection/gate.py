@@ -279,7 +279,7 @@ class Gate:
         run = raw
         if action == "modify" and result is not None and result.static.correction is not None:
             run = express_call(raw, result.static.correction)
-        feedback = result.feedback() if action in _BLOCKING and result is not None else None
+        feedback = result.feedback(action=action) if action in _BLOCKING and result is not None else None
         remember(feedback)  # so it never counts as evidence when it comes back in a conversation
         if self.policy.shadow:
             shadow_action, action, run, feedback = action, "allow", raw, None

@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from reflection._json import dumps
-from reflection._own_words import FEEDBACK_MARKER
+from reflection._own_words import FEEDBACK_HEADERS
 
 STATIC_CHECKS: tuple[str, ...] = (
     "non_existent_function",
@@ -331,19 +331,21 @@ class ReflectionResult(_Frozen):
             out["overall_valid"] = 1.0 if self.overall_valid else 0.0
         return out
 
-    def feedback(self, max_chars: int = 2000) -> str | None:
+    def feedback(self, max_chars: int = 2000, action: Literal["reflect", "deny", "escalate"] = "reflect") -> str | None:
         """Plain text an agent's model can act on, or None when the call is valid.
 
         Lists each failing check with its parameters, what was expected, the correction when
         one exists and the judge's explanation; checks the judge could not answer are named
-        too. Deterministic, no markup, control characters removed from untrusted text, and at
-        most `max_chars` characters.
+        too. Deterministic, no markup, control characters removed from untrusted text, names
+        quoted, and at most `max_chars` characters. `action` is what the gate does with the call:
+        `reflect` asks the model to propose it again; `deny` and `escalate` say it will not run,
+        or waits for a person, and list the problems without inviting a retry.
         """
         if self.overall_valid is True:
             return None
         if max_chars < 20:
             raise ValueError(f"max_chars must be at least 20, got {max_chars}")
-        lines = [f"The call to {_quoted(self.call.name)} {FEEDBACK_MARKER}:"]
+        lines = [f"The call to {_quoted(self.call.name)} {FEEDBACK_HEADERS[action]}:"]
         for check in STATIC_CHECKS:
             result = self.static.checks[check]
             if result.passed:

@@ -12,11 +12,14 @@ from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command
 
+from reflection._own_words import FEEDBACK_HEADERS, REFUSAL_LABEL
 from reflection import Gate, GatePolicy, ReflectionConfig
 from reflection.integrations import EscalationRequired
 from reflection.integrations.langchain import ReflectionMiddleware, reflection_tool_node
 from reflection.testing import FakeJudge
 from refund_agent import FAIL_HALLUCINATION, QUESTION, refund_tools
+
+HEADERS = {action: header.split(".")[0] for action, header in FEEDBACK_HEADERS.items()}
 
 
 
@@ -65,7 +68,7 @@ async def test_middleware_answers_an_invalid_call_with_the_feedback_and_runs_the
     assert refunds == [{"order_id": "ORD-1042", "amount": 49.9}]
     results = tool_results(state)
     assert results["c1"].status == "error"
-    assert results["c1"].content.startswith("The call to refund_order was not run.")
+    assert results["c1"].content.startswith('The call to "refund_order" ' + HEADERS[on_invalid])
     assert "order ORD-999 appears nowhere" in results["c1"].content
     assert results["c2"].content == "refunded 49.9 on ORD-1042"
     assert any(isinstance(m, ToolMessage) and m.tool_call_id == "c1" for m in model.seen[1])  # the model saw it
@@ -77,7 +80,7 @@ async def test_middleware_answers_an_invalid_call_with_the_feedback_and_runs_the
     later = fake.requests[1].data["conversation"]  # the retry is judged knowing what happened
     assert [m["role"] for m in later[-2:]] == ["assistant", "tool"]
     assert later[-2]["tool_calls"][0]["arguments"]["order_id"] == "ORD-999"
-    assert later[-1]["content"].startswith("The call to refund_order was not run.")
+    assert later[-1]["content"] == REFUSAL_LABEL  # the judge sees the refusal only labelled as such
 
 
 def test_sync_middleware_runs_the_verified_correction_where_the_tool_would_reject_the_call_and_says_so():

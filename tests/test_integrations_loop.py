@@ -12,12 +12,15 @@ from typing import Any, Literal
 
 import pytest
 
+from reflection._own_words import FEEDBACK_HEADERS
 from reflection import Decision, Gate, GatePolicy, ReflectionConfig, ToolRule
 from reflection.testing import FakeJudge
 
 QUESTION = "What's the weather in Paris right now?"
 Step = list[tuple[str, dict[str, Any], str]] | str
 """One model turn: the calls it proposes (tool, arguments, call id), or its final answer."""
+
+HEADERS = {action: header.split(".")[0] for action, header in FEEDBACK_HEADERS.items()}
 
 
 @dataclass
@@ -241,15 +244,7 @@ class RecordingGate(Gate):
 
 # --- the gate's own words never ground a value (issue 20, item 1) -------------------------------
 
-def _needs_core_recognition(framework: str) -> Any:
-    # The OpenAI Agents SDK shows its guardrail only the run's input, not the calls and results
-    # of the run so far, so the refused call's feedback never reaches the gate there.
-    if framework == "openai_agents":
-        return framework
-    return pytest.param(framework, marks=pytest.mark.xfail(strict=True, reason="needs core feedback recognition"))
-
-
-@pytest.mark.parametrize("hook", [_needs_core_recognition(name) for name in FRAMEWORKS])
+@pytest.mark.parametrize("hook", list(FRAMEWORKS))
 async def test_a_hallucinated_call_repeated_after_its_refusal_is_refused_again(hook):
     """The refusal quotes "Tokyo"; that quote must not ground "Tokyo" for the cascade next round."""
     steps: list[Step] = [[weather("Tokyo", "c1")], [weather("Tokyo", "c2")], "I could not get the weather."]
@@ -261,11 +256,10 @@ async def test_a_hallucinated_call_repeated_after_its_refusal_is_refused_again(h
     assert outcome.error is None, outcome.error
     assert outcome.received == []
     assert '"Tokyo" not found in the conversation' in outcome.shown["c1"]  # what the refusal quoted
-    assert outcome.shown["c2"].startswith("The call to get_weather was not run.")
+    assert outcome.shown["c2"].startswith('The call to "get_weather" was not run.')
     assert fake.requests  # the judge decided (the second time, perhaps from the gate's reply cache)
 
 
-@pytest.mark.xfail(strict=True, reason="needs core feedback recognition")
 async def test_openai_agents_a_hallucinated_call_repeated_in_a_follow_up_run_is_refused_again():
     """In the SDK the refusal reaches the gate in the next run's input (`to_input_list()`)."""
     from agents import Agent, Runner, function_tool, set_tracing_disabled
@@ -305,7 +299,7 @@ async def test_a_call_repeated_unchanged_never_runs_and_every_attempt_gets_the_s
     # recognise its own words when they come back in the conversation.
     assert [outcome.shown[f"c{i}"] for i in range(1, 5)] == [d.feedback for d in gate.decisions]
     text = outcome.shown["c1"]
-    assert text.startswith("The call to get_weather was not run.") and text.count("was not run") == 1
+    assert text.startswith('The call to "get_weather" ' + HEADERS[on_invalid]) and text.count("The call to") == 1
     assert '"kelvin"' in text
 
 
@@ -323,7 +317,7 @@ async def test_parallel_calls_run_the_valid_one_once_and_the_refused_one_only_wh
     assert outcome.received == [{"tool": "get_weather", "city": "Paris", "units": "celsius"},
                                 {"tool": "get_weather", "city": "Paris", "units": "fahrenheit"}]
     assert outcome.shown["c1"] == "12 degrees celsius in Paris"
-    assert outcome.shown["c2"].startswith("The call to get_weather was not run.")
+    assert outcome.shown["c2"].startswith('The call to "get_weather" was not run.')
     assert outcome.shown["c3"] == "12 degrees fahrenheit in Paris"
 
 
@@ -346,7 +340,7 @@ async def test_parallel_calls_with_a_correctable_one_run_each_call_once_and_say_
     note = ('Note from reflection: the call was corrected before it ran: '
             '$.units: changed "Celsius" to the allowed value "celsius".')
     if framework == "openai_agents":
-        assert outcome.shown["c1"].endswith('Corrected call (passes the static checks): get_weather '
+        assert outcome.shown["c1"].endswith('Suggested call (passes the static checks): "get_weather" '
                                             '{"city":"Paris","units":"celsius"}')
         assert outcome.shown["c3"] == "12 degrees celsius in Paris"
     elif framework in ("langchain", "langgraph_sync"):
@@ -388,7 +382,7 @@ async def test_a_judge_error_on_the_re_ask_falls_back_to_the_policy_for_the_tool
                         policy=policy) as gate:
             outcome = await FRAMEWORKS[framework](gate, steps)
     assert outcome.error is None, outcome.error
-    assert outcome.shown["c1"].startswith("The call to get_weather was not run.")
+    assert outcome.shown["c1"].startswith('The call to "get_weather" was not run.')
     if runs:
         assert outcome.received == [{"tool": "get_weather", "city": "Paris", "units": "celsius"}]
         assert outcome.shown["c2"] == "12 degrees celsius in Paris"

@@ -7,6 +7,7 @@ from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.exceptions import ToolInputGuardrailTripwireTriggered
 from agents.testing import ScriptedModel, assistant_message, function_call
 
+from reflection._own_words import FEEDBACK_HEADERS
 from reflection import Gate, GatePolicy, ReflectionConfig
 from reflection.integrations import approval_text
 from reflection.integrations.openai_agents import guard_tools, reflection_guardrail
@@ -14,6 +15,8 @@ from reflection.testing import FakeJudge
 from refund_agent import FAIL_HALLUCINATION, INSTRUCTIONS, QUESTION, refund_tools
 
 set_tracing_disabled(True)  # the SDK would otherwise try to export traces over the network
+
+HEADERS = {action: header.split(".")[0] for action, header in FEEDBACK_HEADERS.items()}
 
 
 
@@ -46,7 +49,7 @@ async def test_an_invalid_call_is_not_run_and_its_feedback_is_the_tool_result(on
             result = await Runner.run(agent, QUESTION)
     assert refunds == [{"order_id": "ORD-1042", "amount": 49.9}]  # only the second call ran
     feedback = tool_outputs(model, 1)["c1"]
-    assert feedback.startswith("The call to refund_order was not run.")
+    assert feedback.startswith('The call to "refund_order" ' + HEADERS[on_invalid])
     assert "general_hallucination_check (score 1/5): order ORD-999 appears nowhere" in feedback
     assert tool_outputs(model, 2)["c2"] == "refunded 49.9 on ORD-1042"
     decisions = [r.output.output_info for r in result.tool_input_guardrail_results]
@@ -86,7 +89,7 @@ async def test_a_correctable_call_sends_the_verified_correction_back_since_guard
         result = await Runner.run(agent, QUESTION)
     assert refunds == [{"order_id": "ORD-1042", "amount": 49.9}]
     feedback = tool_outputs(model, 1)["c1"]
-    assert feedback.endswith('Corrected call (passes the static checks): refund_order {"order_id":"ORD-1042","amount":49.9}')
+    assert feedback.endswith('Suggested call (passes the static checks): "refund_order" {"order_id":"ORD-1042","amount":49.9}')
     assert [r.output.output_info.action for r in result.tool_input_guardrail_results] == ["modify", "allow"]
 
 

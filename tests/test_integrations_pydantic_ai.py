@@ -15,6 +15,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from reflection._own_words import FEEDBACK_HEADERS, REFUSAL_LABEL
 from reflection import Gate, GatePolicy, ReflectionConfig
 from reflection.integrations.pydantic_ai import ReflectionCapability
 from reflection.testing import FakeJudge
@@ -61,7 +62,7 @@ async def test_an_invalid_call_is_answered_with_the_feedback_and_the_fixed_one_r
             result = await agent.run(QUESTION)
     assert refunds == [{"order_id": "ORD-1042", "amount": 49.9}]
     returns = tool_returns(seen[1])  # what the model was shown before its second call
-    assert returns["c1"].startswith("The call to refund_order was not run.")
+    assert returns["c1"].startswith('The call to "refund_order" was not run.')
     assert "order ORD-999 appears nowhere" in returns["c1"]
     assert tool_returns(seen[2])["c2"] == "refunded 49.9 on ORD-1042"
     assert result.output == "Refunded 49.90 on ORD-1042."
@@ -73,7 +74,7 @@ async def test_an_invalid_call_is_answered_with_the_feedback_and_the_fixed_one_r
     later = fake.requests[1].data["conversation"]  # the retry is judged knowing what happened
     assert [m["role"] for m in later[-2:]] == ["assistant", "tool"]
     assert later[-2]["tool_calls"][0]["arguments"]["order_id"] == "ORD-999"
-    assert later[-1]["content"].startswith("The call to refund_order was not run.")
+    assert later[-1]["content"] == REFUSAL_LABEL  # the judge sees the refusal only labelled as such
 
 
 async def test_deny_never_spends_a_retry_even_when_repeated():

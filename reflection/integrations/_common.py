@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from reflection._json import dumps
+from reflection._own_words import NOTE_MARKER
 from reflection._terminal import plain
 from reflection.gate import Decision
 
@@ -15,7 +16,7 @@ _NOTE_ITEMS = 5
 _NOTE_ITEM_LIMIT = 200
 _REASON_LIMIT = 300
 
-NOTE_PREFIX = "Note from reflection: the call was corrected before it ran: "
+NOTE_PREFIX = NOTE_MARKER + " the call was corrected before it ran: "
 """How every correction note starts, so code reading a conversation back can recognise one."""
 
 
