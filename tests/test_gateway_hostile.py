@@ -299,3 +299,14 @@ def test_expect_100_continue_is_not_forwarded(gateway, hostile):
     response = httpx.post(gateway.url + "/v1/chat/completions", json=body, headers={"expect": "100-continue"}, timeout=30)
     assert response.status_code == 200
     assert [r["headers"].get("expect") for r in hostile.received(since=mark)] == [None]
+
+
+def test_a_stream_past_the_deadline_ends_with_an_error_event(tmp_path, hostile):
+    config = {"upstream": {"base_url": hostile.base_url}, "service": {"deadline_seconds": 3}}
+    server = ServiceProcess(tmp_path, config).start()
+    try:
+        with openai.OpenAI(base_url=server.url + "/v1", api_key=CLIENT_KEY, max_retries=0) as slow:
+            with pytest.raises(openai.APIError, match="deadline"):
+                _stream(slow, "slow-stream:20")
+    finally:
+        server.stop()
