@@ -20,6 +20,7 @@ that a call was refused there, labelled as such, never the refusal's words as ev
 
 from __future__ import annotations
 
+import re
 import threading
 
 from reflection._lru import LRU
@@ -34,7 +35,8 @@ FEEDBACK_HEADERS = {
 """Per blocking action, the phrase on the first line of the feedback the gate writes for it."""
 NOTE_MARKER = "Note from reflection:"
 """How a note the hooks add to a tool's result (an applied correction) starts."""
-_MARKERS = (*FEEDBACK_HEADERS.values(), NOTE_MARKER)
+# One search in C per message: most messages hold none of them, and every conversation is read.
+_MARKERS = re.compile("|".join(re.escape(marker) for marker in (*FEEDBACK_HEADERS.values(), NOTE_MARKER)))
 
 REFUSAL_LABEL = "[reflection refused an earlier tool call here; its feedback is omitted]"
 """What replaces the gate's words in a conversation."""
@@ -96,7 +98,8 @@ def strip_own_words(text: str) -> str | None:
 
 
 def _marked(text: str) -> bool:
-    return any(marker in text for marker in _MARKERS)
+    # Every feedback header follows "The call to": two substring tests rule out most messages.
+    return ("The call to" in text or NOTE_MARKER in text) and _MARKERS.search(text) is not None
 
 
 def _has_remembered(text: str) -> bool:

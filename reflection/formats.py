@@ -527,15 +527,14 @@ def normalize_history(raw: Any) -> History:
 def _without_own_words(history: History) -> History:
     """`history` with the gate's own feedback removed from every message and labelled: it is
     never evidence for a value nor conversation for the judge (see `reflection._own_words`)."""
-    messages = list(history.messages)
-    changed = False
-    for i, message in enumerate(messages):
-        if message.content:
-            stripped = strip_own_words(message.content)
-            if stripped is not None:
-                messages[i] = message.model_copy(update={"content": stripped})
-                changed = True
-    if not changed:
+    messages: list[Message] | None = None  # a copy only once something changes (rarely)
+    for i, message in enumerate(history.messages):
+        stripped = strip_own_words(message.content) if message.content else None
+        if stripped is not None:
+            if messages is None:
+                messages = list(history.messages)
+            messages[i] = message.model_copy(update={"content": stripped})
+    if messages is None:
         return history
     return history.model_copy(update={"messages": tuple(messages)})
 
