@@ -38,7 +38,7 @@ def calibrate_command(
     import anyio
     from rich.console import Console
 
-    from reflection._cli_common import plain, refuse_input_as_output
+    from reflection._cli_common import CLOSED_STDOUT, ClosedStdout, plain, raise_broken_pipe, refuse_input_as_output
     from reflection._judge_config import JudgeFatalError
     from reflection._log import warnings_to_stderr
     from reflection.batch.runner import default_cache_path
@@ -67,7 +67,7 @@ def calibrate_command(
         try:
             import matplotlib  # noqa: F401 - fail before reflecting anything, not after
         except ImportError:
-            raise fail("--plots needs matplotlib: pip install 'reflection[plots]'") from None
+            raise fail("--plots needs matplotlib: pip install 'toolcall-reflection[plots]'") from None
     try:
         rows = read_labeled(labeled)
     except (LabelError, FileNotFoundError, OSError) as exc:
@@ -109,9 +109,12 @@ def calibrate_command(
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(width=120, highlight=False)
-    _render(report, console)
+    raise_broken_pipe(console)
     text = report.snippet()
-    console.print(text, markup=False, end="")
+    pipe = ClosedStdout()  # `| head` ends the printing only: the snippet and plots are still written
+    with pipe:
+        _render(report, console)
+        console.print(text, markup=False, end="")
     written = [str(output)] + ([str(snippet)] if snippet else [])
     try:
         if snippet is not None:
@@ -121,3 +124,5 @@ def calibrate_command(
     except OSError as exc:
         raise fail(f"the report is in {output}, but {exc}") from None
     err.print("wrote " + ", ".join(written), markup=False)
+    if pipe.closed:
+        raise typer.Exit(CLOSED_STDOUT)

@@ -1,19 +1,28 @@
 """What every `reflection` command shares: user errors as one `error:` line and exit 2,
-untrusted text made safe for a terminal, and the guards around input and output files.
+untrusted text made safe for a terminal, the guards around input and output files, a closed
+stdout, and the exit status a run's verdicts call for (`--fail-on`).
 
 Each command's body runs under `@user_errors`, so the expected failures of bad input (a
 missing file, a malformed config, an output that must not be written) never show a
 traceback. To make another exception type a user error, add it to `USER_ERRORS`.
+
+Exit statuses: 0 done; 1 a `--fail-on` kind of row was found; 2 a user error (bad input or
+options, a judge endpoint that answers no request); 3 the judge answered none of the rows it
+was asked about (every judged row unknown); 130 interrupted; 141 stdout was closed before
+the command finished (`| head`), as for a Unix tool ended by SIGPIPE (128 + 13).
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import sqlite3
-from collections.abc import Callable
+import sys
+import warnings
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import typer
 
@@ -21,7 +30,10 @@ from reflection._terminal import plain
 from reflection.batch._output import OutputCorrupt, OutputLocked
 from reflection._judge_config import JudgeFatalError
 
-__all__ = ["USER_ERRORS", "fail", "open_text_output", "plain", "refuse_input_as_output", "user_errors"]
+__all__ = ["CLOSED_STDOUT", "FAIL_ON", "FAIL_ON_HELP", "NO_VERDICTS", "USER_ERRORS", "ClosedStdout", "fail",
+           "fail_on_option", "open_text_output", "plain", "raise_broken_pipe", "refuse_input_as_output", "stdout_closed",
+           "user_errors",
+           "verdict_exit"]
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
     ValueError,  # includes ConfigError, OutputCorrupt, RowError and pydantic's ValidationError
@@ -34,6 +46,8 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
 )
 """Exceptions a command reports as `error: <message>` and exit status 2."""
 
+
+
 def fail(message: str) -> typer.Exit:
     """Print `error: <message>` (one line, made safe) on stderr; return the exit to raise."""
     typer.echo(f"error: {plain(message, one_line=True)}", err=True)
@@ -41,6 +55,7 @@ def fail(message: str) -> typer.Exit:
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+C = TypeVar("C")
 
 
 def user_errors(command: F) -> F:
@@ -50,6 +65,10 @@ def user_errors(command: F) -> F:
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
+        except BrokenPipeError as exc:  # before USER_ERRORS, which holds OSError
+            if stdout_closed():
+                raise closed_stdout_exit() from None
+            raise fail(_message(exc)) from None
         except USER_ERRORS as exc:
             raise fail(_message(exc)) from None
 
@@ -84,3 +103,122 @@ def open_text_output(path: Path) -> Any:
 
 
 _OUTPUT_BUFFER = 1 << 20  # rows of several KB each: one system call per MiB, not one per row or two
+
+
+# --- a closed stdout ------------------------------------------------------------------------------
+
+CLOSED_STDOUT = 141
+"""The exit status when stdout's reader went away (`reflection check ... | head`): 128 +
+SIGPIPE, what a shell reports for a Unix tool the signal ended. Not 0: the run did not
+finish writing, so a script (or `set -o pipefail`) must not take it for a complete run."""
+
+
+def stdout_closed() -> bool:
+    """Whether stdout is a pipe or socket whose reader has gone. A `BrokenPipeError` that
+    another file raised (a FIFO given as `-o`) stays an error."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by an object with no descriptor
+        return False
+    try:
+        import select
+
+        poller = select.poll()
+    except (ImportError, AttributeError):  # no poll (Windows): the broken pipe was most likely stdout
+        return True
+    poller.register(fd, 0)  # POLLERR and POLLHUP are always reported: the reader has gone
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def closed_stdout_exit() -> typer.Exit:
+    """Point stdout at the null device, so nothing left in its buffer fails again at exit,
+    and return the exit to raise: quiet, status `CLOSED_STDOUT`."""
+    # Judge connections still being opened when the run stopped are dropped unawaited; that is
+    # expected on the way out, and Python would say so on stderr at exit.
+    warnings.filterwarnings("ignore", r"coroutine .* was never awaited", RuntimeWarning)
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (AttributeError, OSError, ValueError):
+        pass
+    return typer.Exit(CLOSED_STDOUT)
+
+
+def raise_broken_pipe(console: C) -> C:
+    """Have a rich `Console` raise `BrokenPipeError` on a closed stdout, as every other write
+    does, where rich's own handler would exit with status 1 at once; then `user_errors` and
+    `ClosedStdout` decide what happens. Returns the console."""
+
+    def on_broken_pipe() -> None:
+        console.quiet = True  # type: ignore[attr-defined]  # nothing more is written through it
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    console.on_broken_pipe = on_broken_pipe  # type: ignore[attr-defined]
+    return console
+
+
+class ClosedStdout:
+    """`with pipe:` around printing to stdout: a closed stdout stops that printing only, so the
+    command still does the rest (writes its HTML report, decides its exit status); then
+    `pipe.closed` says to exit with `CLOSED_STDOUT`."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+        if kind is not None and issubclass(kind, BrokenPipeError) and stdout_closed():
+            closed_stdout_exit()
+            self.closed = True
+            return True
+        return False
+
+
+# --- the exit status of a run's verdicts ----------------------------------------------------------
+
+FAIL_ON = ("invalid", "unknown", "error")
+"""The kinds of row `--fail-on` takes, in the order a reason lists them."""
+
+FAIL_ON_HELP = ("Exit 1 (with a one-line reason on stderr) when any row is one of these: invalid, unknown "
+                "(the judge failed or was uncertain), error (unreadable row). Repeat the option or give a "
+                "comma list: --fail-on invalid,error.")
+
+NO_VERDICTS = 3
+"""The exit status when the judge answered none of the rows it was asked about."""
+
+
+def fail_on_option(values: list[str] | None) -> list[str]:
+    """The `--fail-on` values, split at commas, checked and in `FAIL_ON` order (an option callback)."""
+    chosen: set[str] = set()
+    for value in values or ():
+        for part in value.split(","):
+            name = part.strip().lower()
+            if not name:
+                continue
+            if name not in FAIL_ON:
+                raise typer.BadParameter(f"{part.strip()!r} is not one of {', '.join(FAIL_ON)}")
+            chosen.add(name)
+    return [name for name in FAIL_ON if name in chosen]
+
+
+def verdict_exit(counts: Mapping[str, int], fail_on: Collection[str]) -> int:
+    """The exit status a run's row counts call for, after printing its one-line reason on stderr.
+
+    `counts` has `rows`, `invalid`, `unknown`, `error` and `judge_skipped` (rows the judge was
+    not asked about). When the judge was asked about some rows and answered none (every one
+    unknown: a judge failing on every request, or always uncertain), the results say nothing:
+    `NO_VERDICTS` (3), whatever `fail_on` says. Else 1 when a row of a `fail_on` kind is there.
+    """
+    judged = counts["rows"] - counts["error"] - counts.get("judge_skipped", 0)
+    if judged > 0 and counts["unknown"] >= judged:
+        typer.echo(f"error: no verdicts: the judge answered none of the {judged:,} rows it was asked about "
+                   f"({counts['unknown']:,} unknown); see the judge errors (exit {NO_VERDICTS})", err=True)
+        return NO_VERDICTS
+    found = [f"{counts[kind]:,} {kind}" for kind in FAIL_ON if kind in fail_on and counts[kind]]
+    if found:
+        typer.echo(f"failed: {', '.join(found)} of {counts['rows']:,} rows (--fail-on {','.join(fail_on)})", err=True)
+        return 1
+    return 0

@@ -47,7 +47,8 @@ class JudgeConfig(BaseModel):
     max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     """Largest response body read into memory; a bigger one is an error (not retried)."""
     prices: dict[str, Price] = Field(default_factory=dict)
-    """Model name -> price; models not listed cost 0."""
+    """Model name -> price, overriding the genai-prices table (which knows the hosted providers
+    by base URL). A model priced by neither has an unknown cost (`cost_usd` null), never 0."""
 
     def resolved_api_key(self) -> str:
         """The key to send: explicit, else from the environment, else a placeholder (local servers)."""

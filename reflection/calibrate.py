@@ -529,11 +529,11 @@ def calibrate(
 
 def write_plots(report: CalibrationReport, directory: str | Path) -> list[Path]:
     """One PNG per metric with a sweep: threshold against precision and recall (and the
-    false-block rate) at the suggested confidence cut-off. Needs matplotlib (`reflection[plots]`)."""
+    false-block rate) at the suggested confidence cut-off. Needs matplotlib (`toolcall-reflection[plots]`)."""
     try:
         from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
     except ImportError as exc:
-        raise ImportError("--plots needs matplotlib: pip install 'reflection[plots]'") from exc
+        raise ImportError("--plots needs matplotlib: pip install 'toolcall-reflection[plots]'") from exc
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     cutoff = report.uncertain_below or 0.0

@@ -10,7 +10,14 @@ import anyio
 import typer
 
 from reflection._calibrate_cli import calibrate_command
-from reflection._cli_common import open_text_output, refuse_input_as_output, user_errors
+from reflection._cli_common import (
+    FAIL_ON_HELP,
+    fail_on_option,
+    open_text_output,
+    refuse_input_as_output,
+    user_errors,
+    verdict_exit,
+)
 from reflection._json import dumps
 from reflection._log import warnings_to_stderr
 from reflection.batch._cli import WORKERS_HELP, batch, report
@@ -25,8 +32,19 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Check LLM agents' tool calls before they execute, and score them against references.")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from reflection import __version__
+
+        typer.echo(f"reflection {__version__} (toolcall-reflection)")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the version (and the package's name on the package index) and exit."),
+) -> None:
     """Check LLM agents' tool calls before they execute, and score them against references."""
 
 
@@ -43,8 +61,13 @@ def check(
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Rows reflected at once."),
     flat: bool = typer.Option(False, "--flat", help="Write only id, overall_valid, the flat keys and error per row."),
     workers: int | None = typer.Option(None, "--workers", min=1, help=WORKERS_HELP),
+    fail_on: list[str] = typer.Option([], "--fail-on", callback=fail_on_option, metavar="invalid|unknown|error",
+                                      help=FAIL_ON_HELP),
 ) -> None:
-    """Reflect every row of INPUT and write one JSON result row per input row."""
+    """Reflect every row of INPUT and write one JSON result row per input row.
+
+    Exit status: 0 done, 1 a --fail-on row, 2 user error, 3 the judge answered no row it was
+    asked about, 141 stdout closed (| head)."""
     warnings_to_stderr()
     cfg = load_config(config, static_only=static_only, base_url=base_url, model=model, mode=mode)
     check_input(input)
@@ -56,17 +79,26 @@ def check(
     try:  # a judge that cannot answer at all (JudgeFatalError) stops the run: a user error
         if cfg.judge is None:
             counts = anyio.run(_write_lines, static_lines(input, cfg, workers=workers or default_workers(), flat=flat), out)
+            counts["judge_skipped"] = counts["rows"] - counts["error"]
         else:
             counts = anyio.run(_check_file, input, out, cfg, concurrency, flat)
+        out.flush()  # here, not at exit: a closed stdout (`| head`) is caught by user_errors
     finally:
         if output:
             out.close()
     typer.echo(f"{counts['rows']} rows: {counts['valid']} valid, {counts['invalid']} invalid, "
                f"{counts['unknown']} unknown, {counts['error']} error", err=True)
+    status = verdict_exit(counts, fail_on)
+    if status:
+        raise typer.Exit(status)
+
+
+def _new_counts() -> dict[str, int]:
+    return {"rows": 0, "valid": 0, "invalid": 0, "unknown": 0, "error": 0, "judge_skipped": 0}
 
 
 async def _write_lines(lines: Any, out: Any) -> dict[str, int]:
-    counts = {"rows": 0, "valid": 0, "invalid": 0, "unknown": 0, "error": 0}
+    counts = _new_counts()
     binary = getattr(out, "buffer", None)  # the lines are UTF-8 already: no decoding and encoding again
     if binary is not None:
         out.flush()
@@ -80,10 +112,12 @@ async def _write_lines(lines: Any, out: Any) -> dict[str, int]:
 def _tally(counts: dict[str, int], row: dict[str, Any]) -> None:
     counts["rows"] += 1
     counts["error" if "error" in row else {True: "valid", False: "invalid", None: "unknown"}[row["overall_valid"]]] += 1
+    if row.get("judge_skipped") and "error" not in row:  # (--flat rows do not say: they count as judged)
+        counts["judge_skipped"] += 1
 
 
 async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: int, flat: bool) -> dict[str, int]:
-    counts = {"rows": 0, "valid": 0, "invalid": 0, "unknown": 0, "error": 0}
+    counts = _new_counts()
     async for row in reflect_dataset(path, config=cfg, concurrency=concurrency, flat=flat):
         _tally(counts, row)
         out.write(dumps(row) + "\n")

@@ -64,7 +64,8 @@ class Decision(BaseModel):
     result: ReflectionResult | None = None
     """The reflection; None only when a `skip` rule matched the tool."""
     latency_ms: float
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0
+    """USD of the judge requests behind this decision; None when their price is unknown."""
     shadow_action: GateAction | None = None
     """In shadow mode, the action the gate would have taken (`action` is then `allow`)."""
     tool: str

@@ -41,6 +41,7 @@ from reflection._http import judge_http_client
 from reflection._json import dumps
 # Defined apart so that config, the CLI and static-only use never import httpx or tenacity.
 from reflection._judge_config import JudgeConfig, JudgeError, JudgeFatalError, Price
+from reflection._prices import TablePrice, configured_cost
 from reflection._reply import UnreadableReply, read_json, reply_text
 from reflection.model import JudgeUsage
 
@@ -230,6 +231,9 @@ class Judge:
         self._secrets = tuple({s.encode() for s in (key, dumps(key)[1:-1])}) if len(key) >= 8 and (
             config.api_key is not None or os.environ.get(config.api_key_env)) else ()
         self._warned: set[str] = set()
+        # Loaded now, not at the first reply: importing the table takes ~0.2 s once per process,
+        # which a gate's first decision under a deadline should not pay.
+        self._table_price = None if config.model in config.prices else TablePrice(config.base_url, config.model)
         self._first_request = True
         self._headers = {
             "Authorization": f"Bearer {key}",
@@ -269,16 +273,25 @@ class Judge:
         if self._owns_client:
             await self._http.aclose()
 
-    def cost(self, usage: JudgeUsage) -> float:
-        """USD for `usage` under the configured price of this judge's model."""
+    def _key_source(self) -> str:
+        """Where the API key sent came from, for a 401/403 message (never the key itself)."""
+        if self.config.api_key is not None:
+            return "API key from judge.api_key"  # the config file, REFLECTION_JUDGE__API_KEY or JudgeConfig(api_key=...)
+        if os.environ.get(self.config.api_key_env):
+            return f"API key from the environment variable {self.config.api_key_env}"
+        return f"no API key: the environment variable {self.config.api_key_env} is not set"
+
+    def cost(self, usage: JudgeUsage) -> float | None:
+        """USD for `usage`: at `config.prices[model]` when the config names the model, else at
+        the genai-prices table's price for this endpoint and model; None when neither has one."""
+        return self._cost(usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
+
+    def _cost(self, prompt: int, cached: int, completion: int) -> float | None:
         price = self.config.prices.get(self.config.model)
-        if price is None:
-            return 0.0
-        cached_price = price.prompt if price.cached is None else price.cached
-        cached = min(max(usage.cached_tokens, 0), max(usage.prompt_tokens, 0))
-        uncached = max(usage.prompt_tokens, 0) - cached
-        completion = max(usage.completion_tokens, 0)
-        return (uncached * price.prompt + cached * cached_price + completion * price.completion) / 1e6
+        if price is not None:
+            return configured_cost(price, prompt, cached, completion)
+        assert self._table_price is not None  # made in __init__ for a model the config does not price
+        return self._table_price.cost(prompt, cached, completion)
 
     async def ask(
         self,
@@ -331,10 +344,10 @@ class Judge:
         return JudgeAnswer(value, self._usage(totals))
 
     def _usage(self, totals: dict[str, int]) -> JudgeUsage:
-        usage = JudgeUsage(**totals)
-        if self.config.model not in self.config.prices:
-            return usage  # costs nothing: no second model to build
-        return usage.model_copy(update={"cost_usd": self.cost(usage)})
+        if not totals["requests"]:
+            return JudgeUsage(**totals)  # nothing sent, nothing spent: 0.0
+        return JudgeUsage(**totals, cost_usd=self._cost(totals["prompt_tokens"], totals["cached_tokens"],
+                                                         totals["completion_tokens"]))
 
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
@@ -484,7 +497,8 @@ class Judge:
         if response.status_code >= 400:
             error = _status_error(response, data, content)
             if response.status_code in _FATAL_STATUSES:
-                raise JudgeFatalError(_shown_url(self._url), f"HTTP {response.status_code}: {_server_message(error.body)}",
+                key = f" ({self._key_source()})" if response.status_code in (401, 403) else ""
+                raise JudgeFatalError(_shown_url(self._url), f"HTTP {response.status_code}: {_server_message(error.body)}{key}",
                                       status=response.status_code, server_message=_server_message(error.body)) from error
             raise error
         if not isinstance(data, dict):

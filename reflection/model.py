@@ -283,14 +283,19 @@ class JudgeUsage(_Frozen):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0
+    """USD for these requests; None (JSON null) when requests were made at a price nobody
+    configured or knows (see `JudgeConfig.prices`); 0.0 when no request was made."""
     prompt_chars: int = 0
 
     @classmethod
     def total(cls, usages: Iterable[JudgeUsage]) -> JudgeUsage:
-        """The field-by-field sum of `usages`."""
+        """The field-by-field sum of `usages`; the cost is None when any part's cost is."""
         items = list(usages)
-        return cls(**{name: sum(getattr(u, name) for u in items) for name in cls.model_fields})
+        sums: dict[str, Any] = {name: sum(getattr(u, name) for u in items) for name in cls.model_fields
+                                if name != "cost_usd"}
+        costs = [u.cost_usd for u in items]
+        return cls(**sums, cost_usd=None if None in costs else sum(costs))  # type: ignore[arg-type]
 
 
 _ZERO_USAGE: dict[str, Any] = JudgeUsage().model_dump()

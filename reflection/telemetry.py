@@ -1,4 +1,4 @@
-"""OpenTelemetry spans for reflections, judge requests and gate decisions (`reflection[otel]`).
+"""OpenTelemetry spans for reflections, judge requests and gate decisions (`toolcall-reflection[otel]`).
 
 Follows the OpenTelemetry GenAI semantic conventions: a `chat {model}` client span per judge
 request (`gen_ai.operation.name`, `gen_ai.request.model`, `gen_ai.usage.input_tokens` /
@@ -140,7 +140,8 @@ def record_result(span: Any, result: ReflectionResult) -> None:
     span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
     span.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
     span.set_attribute("reflection.judge_requests", usage.requests)
-    span.set_attribute("reflection.cost_usd", usage.cost_usd)
+    if usage.cost_usd is not None:  # no attribute when the price is unknown
+        span.set_attribute("reflection.cost_usd", usage.cost_usd)
     for name in STATIC_CHECKS:
         check = result.static.checks[name]
         event: dict[str, Any] = {
@@ -171,5 +172,6 @@ def record_decision(span: Any, decision: Decision) -> None:
     span.set_attribute("reflection.gate.reason", decision.reason)
     if decision.shadow_action is not None:
         span.set_attribute("reflection.gate.shadow_action", decision.shadow_action)
-    span.set_attribute("reflection.cost_usd", decision.cost_usd)
+    if decision.cost_usd is not None:
+        span.set_attribute("reflection.cost_usd", decision.cost_usd)
 

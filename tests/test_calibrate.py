@@ -253,7 +253,7 @@ def test_plots_without_matplotlib_exit_2_before_reflecting_anything(tmp_path, la
         result = runner.invoke(app, ["calibrate", str(labelled_file), "-o", str(tmp_path / "r.json"),
                                      "--config", str(config_file), "--plots", str(tmp_path / "plots")])
     assert result.exit_code == 2 and judge.requests == 0
-    assert "--plots needs matplotlib: pip install 'reflection[plots]'" in result.stderr
+    assert "--plots needs matplotlib: pip install 'toolcall-reflection[plots]'" in result.stderr
 
 
 def test_row_ids_reach_the_terminal_without_control_characters(tmp_path):

@@ -93,3 +93,60 @@ def test_serve_with_an_invalid_config_says_so_once_on_one_line(tmp_path):
     result = runner.invoke(app, ["serve", "--config", str(config)])
     assert result.exit_code == 2
     assert result.output.strip() == f"error: invalid configuration in {config}: unknown key 'gate.bogus'"
+
+
+def test_the_score_summary_prints_install_hints_literally_not_as_markup(tmp_path):
+    # `[metrics]` in "pip install 'toolcall-reflection[metrics]'" is text, not a rich style tag.
+    from rich.console import Console
+
+    from reflection.scoring._cli import _table
+
+    scored = runner.invoke(app, ["score", str(example_path("scoring/predictions.jsonl")), "--references",
+                                 str(example_path("scoring/references.jsonl")), "-o", str(tmp_path / "s.jsonl"),
+                                 "--json-summary"])
+    data = json.loads(scored.stdout)
+    data["metrics"]["response_rouge_l"]["n"] = 0  # as when the metrics extra is not installed
+    console = Console(record=True, width=300)
+    console.print(_table(data))
+    assert "pip install 'toolcall-reflection[metrics]'" in console.export_text()
+
+
+def test_the_command_prints_its_version():
+    import reflection
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout == f"reflection {reflection.__version__} (toolcall-reflection)\n"
+
+
+def test_report_refuses_an_input_file_with_a_clear_message():
+    result = runner.invoke(app, ["report", str(example_path("calls.jsonl"))])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.strip() == (
+        f"error: {example_path('calls.jsonl')} is not a reflection result file: its row 'weather-ok' has no "
+        '"overall_valid" (it has the members of an input row); report on the output of `reflection batch` or '
+        "`reflection check`, e.g. `reflection batch DATASET -o results.jsonl` then `reflection report results.jsonl`")
+
+
+def test_report_on_check_output_works(tmp_path):
+    out = tmp_path / "o.jsonl"
+    assert runner.invoke(app, ["check", str(example_path("calls.jsonl")), "--static-only", "-o", str(out)]).exit_code == 0
+    result = runner.invoke(app, ["report", str(out), "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["rows"] == 12
+
+
+def test_a_401_names_the_environment_variable_the_key_came_from(tmp_path, monkeypatch):
+    from reflection.testing.server import FaultyStandInJudge
+
+    monkeypatch.setenv("TEAM_JUDGE_KEY", "sk-team-key-123456")
+    config = tmp_path / "c.yaml"
+
+    with FaultyStandInJudge(transport_fault="status", status=401, idle_timeout=30) as server:
+        config.write_text(f"judge:\n  base_url: {server.base_url}\n  model: stand-in\n  api_key_env: TEAM_JUDGE_KEY\n")
+        result = runner.invoke(app, ["check", str(example_path("calls.jsonl")), "-o", str(tmp_path / "o.jsonl"),
+                                     "--config", str(config)])
+    assert result.exit_code == 2
+    assert result.stderr.strip().endswith("HTTP 401: Incorrect API key provided "
+                                          "(API key from the environment variable TEAM_JUDGE_KEY)")
+    assert "sk-team-key" not in result.output

@@ -2,6 +2,7 @@
 403, 404 or refused connection with exit 2 and one line naming the URL, the status and the
 server's message; warnings (no key for a remote endpoint) are one plain line on stderr."""
 
+import os
 import socket
 import subprocess
 import sys
@@ -40,12 +41,15 @@ def command(name, source, tmp_path, url):
 
 @pytest.mark.parametrize("name", ["check", "batch", "score"])
 @pytest.mark.parametrize(("status", "message"), [(401, "Incorrect API key provided"), (404, "The model does not exist")])
-def test_a_fatal_http_status_stops_the_command_with_one_error_line(tmp_path, source, name, status, message):
+def test_a_fatal_http_status_stops_the_command_with_one_error_line(tmp_path, source, name, status, message,
+                                                                   monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
     with FaultyStandInJudge(transport_fault="status", status=status, idle_timeout=30) as server:
         result = runner.invoke(app, command(name, source, tmp_path, server.base_url))
         requests = server.requests
     assert result.exit_code == 2, result.output
-    assert error_lines(result.stderr) == [f"error: judge {server.base_url}/chat/completions: HTTP {status}: {message}"]
+    key = " (API key from the environment variable OPENAI_API_KEY)" if status == 401 else ""  # where a rejected key came from
+    assert error_lines(result.stderr) == [f"error: judge {server.base_url}/chat/completions: HTTP {status}: {message}{key}"]
     assert "Traceback" not in result.stderr
     assert requests <= 32  # stopped at the first error: never one request per row of the 40
     if name != "score":
@@ -69,14 +73,16 @@ def test_a_403_stops_the_real_cli_process(tmp_path, source):
                                "--transport-fault", "status", "--status", "403"], stdout=subprocess.PIPE, text=True)
     try:
         url = server.stdout.readline().strip()
+        env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
         done = subprocess.run([sys.executable, "-c", "from reflection.cli import app; app()", *command(
-            "batch", source, tmp_path, url)], capture_output=True, text=True, timeout=120)
+            "batch", source, tmp_path, url)], capture_output=True, text=True, timeout=120, env=env)
     finally:
         server.terminate()
         server.wait(10)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
-        f"error: judge {url}/chat/completions: HTTP 403: You are not allowed to use this model"]
+        f"error: judge {url}/chat/completions: HTTP 403: You are not allowed to use this model "
+        "(no API key: the environment variable OPENAI_API_KEY is not set)"]
 
 
 def test_a_remote_endpoint_without_a_key_gets_one_warning_before_the_401(tmp_path, source):
@@ -88,5 +94,6 @@ def test_a_remote_endpoint_without_a_key_gets_one_warning_before_the_401(tmp_pat
     assert [line for line in result.stderr.splitlines() if line.startswith(("warning:", "error:"))] == [
         f"warning: judge {url}/chat/completions: no API key is set (judge.api_key is unset and $OPENAI_API_KEY is "
         "empty) for a remote endpoint; its requests will likely be refused with HTTP 401",
-        f"error: judge {url}/chat/completions: HTTP 401: no key",
+        f"error: judge {url}/chat/completions: HTTP 401: no key "
+        "(no API key: the environment variable OPENAI_API_KEY is not set)",
     ]

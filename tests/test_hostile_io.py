@@ -407,7 +407,7 @@ def test_item18_pytest_runs_without_respx_and_the_fixture_names_the_extra(tmp_pa
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "reflection.testing.plugin",
                           str(tests)], env=env, cwd=tests, capture_output=True, text=True, timeout=120)
     assert "1 passed, 1 error" in run.stdout, run.stdout + run.stderr
-    assert 'pip install "reflection[testing]"' in run.stdout
+    assert 'pip install "toolcall-reflection[testing]"' in run.stdout
 
 
 def test_item18_the_stand_in_server_starts_without_respx(tmp_path):

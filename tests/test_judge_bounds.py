@@ -76,8 +76,10 @@ async def test_a_refused_connection_is_fatal_at_once():
     assert info.value.status is None
 
 
-async def test_a_server_answering_401_is_fatal(server_process):
+async def test_a_server_answering_401_is_fatal(server_process, monkeypatch):
+    monkeypatch.setenv("MY_JUDGE_KEY", "sk-from-the-environment")
     url = server_process("--transport-fault", "status", "--status", "401")
     with pytest.raises(JudgeFatalError) as info:
-        await ask(JudgeConfig(base_url=url, model="stand-in"))
-    assert str(info.value) == f"judge {url}/chat/completions: HTTP 401: Incorrect API key provided"
+        await ask(JudgeConfig(base_url=url, model="stand-in", api_key_env="MY_JUDGE_KEY"))
+    assert str(info.value) == (f"judge {url}/chat/completions: HTTP 401: Incorrect API key provided "
+                               "(API key from the environment variable MY_JUDGE_KEY)")

@@ -149,7 +149,8 @@ async def test_401_403_404_are_fatal_with_the_url_status_and_server_message(stat
         async with Judge(config()) as judge:
             with pytest.raises(JudgeFatalError) as info:
                 await ask(judge)
-    assert str(info.value) == f"judge {BASE}/chat/completions: HTTP {status}: {message}"
+    key = "" if status == 404 else " (API key from judge.api_key)"  # a rejected key: where it came from
+    assert str(info.value) == f"judge {BASE}/chat/completions: HTTP {status}: {message}{key}"
     assert (info.value.status, info.value.server_message) == (status, message)
     assert isinstance(info.value.__cause__, openai.APIStatusError)
     assert not isinstance(info.value, JudgeError)  # never caught as a row's judge error

@@ -1,5 +1,7 @@
-"""A wheel built from the repository carries the prompts and examples as package data."""
+"""The wheel built from the repository: package data, entry points, the distribution name, license
+and metadata; the install hints and README links a package index page shows."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -35,3 +37,66 @@ def test_installed_wheel_finds_its_shipped_data(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target)},
                          capture_output=True, text=True, check=True).stdout.split()
     assert out[0].startswith(str(target)) and out[1] == "1" and out[2] == "True"
+
+
+def _wheel(tmp_path):
+    hatchling = pytest.importorskip("hatchling.builders.wheel")
+    return zipfile.ZipFile(next(iter(hatchling.WheelBuilder(str(ROOT)).build(directory=str(tmp_path),
+                                                                               versions=["standard"]))))
+
+
+def test_the_wheel_is_toolcall_reflection_with_its_license_typing_marker_and_metadata(tmp_path):
+    import email
+
+    import reflection
+
+    wheel = _wheel(tmp_path)
+    names = wheel.namelist()
+    metadata = email.message_from_bytes(wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA"))))
+    assert metadata["Name"] == "toolcall-reflection"  # `reflection` on the package index is another project
+    assert metadata["Version"] == reflection.__version__  # one source: reflection/__init__.py
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert "reflection/py.typed" in names
+    license_text = wheel.read(next(n for n in names if n.endswith(".dist-info/licenses/LICENSE"))).decode()
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
+    classifiers = metadata.get_all("Classifier")
+    assert "Typing :: Typed" in classifiers and "Framework :: Pytest" in classifiers
+    assert metadata["Author"] or metadata["Author-email"]
+    assert "genai-prices" in " ".join(metadata.get_all("Requires-Dist"))
+
+
+def test_the_development_extra_installs_this_distribution_by_its_own_name():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "toolcall-reflection"
+    assert project["optional-dependencies"]["dev"][0].startswith("toolcall-reflection[")
+    assert project["scripts"] == {"reflection": "reflection.cli:app"}
+
+
+# `pip install reflection` installs another project: every hint names this distribution.
+_WRONG_HINT = re.compile(r"""pip install\s+["']?reflection\[|[`"'(]reflection\[[a-z-]+\]""")
+
+
+def test_every_install_hint_names_the_distribution():
+    sources = [ROOT / "README.md", *(ROOT / "reflection").rglob("*.py"), *(ROOT / "docs").rglob("*.md"),
+               *(ROOT / "examples").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.md")]
+    wrong = [f"{path.relative_to(ROOT)}:{n}" for path in sources if path.is_file()
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if _WRONG_HINT.search(line)]
+    assert not wrong, wrong
+
+
+def test_readme_links_work_on_a_package_index_page():
+    # The README is the project's page on the package index, which has no repository files
+    # beside it and no heading anchors: every link and image is an absolute https address.
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"!?\[[^\]]*\]\(([^)\s]+)[^)]*\)", text) + re.findall(r"""(?:src|href)=["']([^"']+)""", text)
+    assert [t for t in targets if not t.startswith("https://")] == []
+
+
+def test_the_command_prints_its_version():
+    import reflection
+
+    done = subprocess.run([sys.executable, "-m", "reflection.cli", "--version"], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout == f"reflection {reflection.__version__} (toolcall-reflection)\n"

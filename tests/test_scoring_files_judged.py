@@ -148,7 +148,7 @@ def test_the_json_summary_has_the_judged_metrics_and_the_judge_traffic(tmp_path)
     assert summary["metrics"]["response_correctness"] == {"mean": 2 / 3, "n": 3}  # 0.5, 0.5 and 1.0
     assert summary["metrics"]["tool_selection_judged"]["n"] == 5
     assert summary["judge"] == {"configured": True, "error_rows": 0, "requests": 8, "prompt_tokens": 800,
-                                "completion_tokens": 80, "cached_tokens": 0, "cost_usd": 0.0}
+                                "completion_tokens": 80, "cached_tokens": 0, "cost_usd": None}  # model "m": no price
 
 
 # --- judge failures --------------------------------------------------------------------------
@@ -341,8 +341,8 @@ def test_a_second_run_with_the_cache_asks_the_judge_nothing(tmp_path):
     assert json.loads(second.stdout)["judge"]["requests"] == 0
     first_rows, second_rows = (rows_of((tmp_path / name).read_text()) for name in ("first.jsonl", "second.jsonl"))
     assert [r["judge_usage"] for r in second_rows if r["judge_usage"]] == [
-        {**r["judge_usage"], "requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "prompt_chars": 0}
-        for r in first_rows if r["judge_usage"]]  # cache hits cost nothing
+        {**r["judge_usage"], "requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "prompt_chars": 0,
+         "cost_usd": 0.0} for r in first_rows if r["judge_usage"]]  # cache hits cost nothing (an unpriced request: null)
     assert [{k: v for k, v in r.items() if k != "judge_usage"} for r in second_rows] == [
         {k: v for k, v in r.items() if k != "judge_usage"} for r in first_rows]
     assert first.exit_code == second.exit_code == 0

@@ -12,7 +12,16 @@ from typing import TYPE_CHECKING
 import anyio
 import typer
 
-from reflection._cli_common import plain, user_errors
+from reflection._cli_common import (
+    CLOSED_STDOUT,
+    FAIL_ON_HELP,
+    ClosedStdout,
+    fail_on_option,
+    plain,
+    raise_broken_pipe,
+    user_errors,
+    verdict_exit,
+)
 from reflection._log import warnings_to_stderr
 from reflection.batch._workers import default_workers
 from reflection.config import load_config
@@ -20,6 +29,7 @@ from reflection.config import load_config
 if TYPE_CHECKING:  # the commands import what they use when they run: `reflection check` stays light
     from rich.console import Console
 
+    from reflection.batch.report import BatchReport
     from reflection.batch.runner import BatchStats
 
 __all__ = ["WORKERS_HELP", "batch", "report"]
@@ -35,7 +45,9 @@ def _console(*, stderr: bool = False) -> Console:
 
     options = {"stderr": True, "soft_wrap": True, "highlight": False} if stderr else {}
     console = Console(**options)
-    return console if console.is_terminal else Console(width=120, **options)
+    if not console.is_terminal:
+        console = Console(width=120, **options)
+    return console if stderr else raise_broken_pipe(console)
 
 
 @user_errors
@@ -57,8 +69,13 @@ def batch(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr."),
     flat: bool = typer.Option(False, "--flat", help="Write only id, overall_valid, the flat keys and error per row."),
     workers: int | None = typer.Option(None, "--workers", min=1, help=WORKERS_HELP),
+    fail_on: list[str] = typer.Option([], "--fail-on", callback=fail_on_option, metavar="invalid|unknown|error",
+                                      help=FAIL_ON_HELP + " Counts every row of OUTPUT, resumed ones too."),
 ) -> None:
-    """Reflect every row of INPUT into OUTPUT, one result row per input row (any order), then print the report."""
+    """Reflect every row of INPUT into OUTPUT, one result row per input row (any order), then print the report.
+
+    Exit status: 0 done, 1 a --fail-on row, 2 user error, 3 the judge answered no row it was
+    asked about, 130 interrupted (rerun to resume), 141 stdout closed (| head)."""
     from reflection.batch.progress import make_progress
     from reflection.batch.runner import default_cache_path, run_batch
 
@@ -92,7 +109,13 @@ def batch(
         notes.append(f"{stats.judge_requests:,} judge requests"
                      + (f", {stats.cache_hits:,} cache hits ({plain(cache_file)})" if cache_file else ", cache off"))
     err.print("; ".join(notes), markup=False)
-    _print_report(output, json_report)
+    pipe = ClosedStdout()
+    summary = _read_report(output)
+    with pipe:
+        _print_report(summary, json_report)
+    status = verdict_exit(summary.model_dump(), fail_on)
+    if status or pipe.closed:
+        raise typer.Exit(status or CLOSED_STDOUT)
 
 
 @user_errors
@@ -102,24 +125,37 @@ def report(
     html_out: Path | None = typer.Option(None, "--html", dir_okay=False,
                                          help="Also write a self-contained HTML report (charts, failing rows) here."),
 ) -> None:
-    """Summarise a batch output file: verdict counts, mean of each flat key, top failing checks, judge cost, latency."""
+    """Summarise a batch output file: verdict counts, mean of each flat key, top failing checks, judge cost, latency.
+
+    A file that is not a reflection output (a dataset given by mistake) is refused (exit 2).
+    A closed stdout (| head) stops the printing only: the HTML report is still written (exit 141)."""
     if not output.is_file():
         raise FileNotFoundError(2, "output file not found", str(output))
     if html_out is not None and not html_out.parent.is_dir():
         raise ValueError(f"cannot write the HTML report: no folder {str(html_out.parent)!r}")
-    _print_report(output, json_out)
+    summary = _read_report(output)  # raises on an input file, before anything is printed
+    pipe = ClosedStdout()
+    with pipe:
+        _print_report(summary, json_out)
     if html_out is not None:  # an OSError writing it is a user error like any other
         from reflection.batch._output import iter_output_rows
         from reflection.batch.html import batch_report_html, write_html
 
         write_html(html_out, batch_report_html(iter_output_rows(output), source=output))
         typer.echo(f"wrote the HTML report to {plain(html_out)}", err=True)
+    if pipe.closed:
+        raise typer.Exit(CLOSED_STDOUT)
 
 
-def _print_report(output: Path, as_json: bool) -> None:
-    from reflection.batch.report import read_report, render_report
+def _read_report(output: Path) -> BatchReport:
+    from reflection.batch.report import read_report
 
-    summary = read_report(output)
+    return read_report(output)
+
+
+def _print_report(summary: BatchReport, as_json: bool) -> None:
+    from reflection.batch.report import render_report
+
     if as_json:
         typer.echo(summary.model_dump_json(indent=2))
     else:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reflection.batch.report import ReportBuilder, _failed_checks, _percentile, row_problems
+from reflection.batch.report import ReportBuilder, _failed_checks, _percentile, format_cost, row_problems
 
 __all__ = ["MAX_ROWS", "BatchHtmlReport", "ScoreHtmlReport", "batch_report_html", "write_html"]
 
@@ -110,8 +110,8 @@ class BatchHtmlReport:
                 if isinstance(check, Mapping) and isinstance(check.get("score"), int):
                     self.scores.setdefault(str(name), Counter())[check["score"]] += 1
         usage = row.get("usage")
-        if isinstance(usage, Mapping) and usage.get("requests"):
-            self.costs.append(float(usage.get("cost_usd") or 0.0))
+        if isinstance(usage, Mapping) and usage.get("requests") and usage.get("cost_usd") is not None:
+            self.costs.append(float(usage["cost_usd"]))
         errors = row_problems(row)
         if not (failed or errors or row.get("overall_valid") is False):
             return
@@ -150,7 +150,7 @@ class BatchHtmlReport:
                          ("judge cost per judged row", _quantiles(sorted(self.costs)), "USD")],
             totals=[("judge requests", f"{judge.requests:,}"),
                     ("prompt / completion tokens", f"{judge.prompt_tokens:,} / {judge.completion_tokens:,}"),
-                    ("cached tokens", f"{judge.cached_tokens:,}"), ("judge cost", f"${judge.cost_usd:,.4f}")],
+                    ("cached tokens", f"{judge.cached_tokens:,}"), ("judge cost", format_cost(judge.cost_usd))],
             rows=self.rows, failing_total=self.failing,
         ))
 
@@ -218,8 +218,8 @@ class ScoreHtmlReport:
                     below.append(key)
         self.below.update(below)
         usage = row.get("judge_usage")
-        if isinstance(usage, Mapping) and usage.get("requests"):
-            self.costs.append(float(usage.get("cost_usd") or 0.0))
+        if isinstance(usage, Mapping) and usage.get("requests") and usage.get("cost_usd") is not None:
+            self.costs.append(float(usage["cost_usd"]))
         problems = [(key, str(row[key])) for key in ("error", "judge_error") if row.get(key)]
         if not (below or problems):
             return
@@ -264,7 +264,7 @@ class ScoreHtmlReport:
             totals=[("judge requests", f"{judge.get('requests', 0):,}"),
                     ("prompt / completion tokens",
                      f"{judge.get('prompt_tokens', 0):,} / {judge.get('completion_tokens', 0):,}"),
-                    ("judge cost", f"${float(judge.get('cost_usd') or 0.0):,.4f}"),
+                    ("judge cost", format_cost(judge.get("cost_usd", 0.0))),
                     ("METEOR synonyms", {True: "on (WordNet)", False: "off", None: "-"}[synonyms])],
             rows=self.rows, failing_total=self.failing, notes=notes,
         ))

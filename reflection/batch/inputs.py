@@ -496,7 +496,7 @@ def _pyarrow_parquet() -> Any:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise ImportError('reading Parquet needs pyarrow: pip install "reflection[parquet]"') from None
+        raise ImportError('reading Parquet needs pyarrow: pip install "toolcall-reflection[parquet]"') from None
     return pq
 
 

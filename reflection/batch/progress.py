@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
-from reflection.batch.report import row_problems, row_usage
+from reflection.batch.report import format_cost, row_problems, row_usage
 
 __all__ = ["BatchProgress", "NoProgress", "PlainProgress", "RichProgress", "make_progress"]
 
@@ -33,7 +33,7 @@ class _Tally:
         self.done = 0
         self.errors = 0
         self.tokens = 0
-        self.cost = 0.0
+        self.cost: float | None = 0.0  # None once a row's requests have no known price
         self.started = time.monotonic()
 
     def add(self, row: Mapping[str, Any]) -> None:
@@ -41,8 +41,10 @@ class _Tally:
         if row_problems(row):
             self.errors += 1
         usage = row_usage(row)
-        self.tokens += int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
-        self.cost += float(usage.get("cost_usd", 0.0))
+        self.tokens += int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
+        if self.cost is not None:
+            cost = usage.get("cost_usd", 0.0)
+            self.cost = None if cost is None and usage.get("requests") else self.cost + float(cost or 0.0)
 
     def rate(self) -> float:
         elapsed = time.monotonic() - self.started
@@ -96,7 +98,7 @@ class PlainProgress:
         if self.total and rate > 0:
             eta = f", ETA {max(0.0, (self.total - t.done) / rate):,.0f} s"
         return (f"batch: {done} rows, {rate:,.1f} rows/s{eta}, {t.tokens:,} judge tokens, "
-                f"${t.cost:,.4f}, {t.errors:,} errors")
+                f"{'cost unknown' if t.cost is None else format_cost(t.cost)}, {t.errors:,} errors")
 
     def finish(self) -> None:
         """Print the final line."""
@@ -143,7 +145,7 @@ class RichProgress:
     def _refresh(self) -> None:
         t = self.tally
         self._progress.update(self._task, completed=t.done, rate=f"{t.rate():,.1f}", tokens=f"{t.tokens:,}",
-                              cost=f"${t.cost:,.4f}", errors=t.errors)
+                              cost=format_cost(t.cost), errors=t.errors)
 
     def finish(self) -> None:
         """Final refresh; stop the live display."""

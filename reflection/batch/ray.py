@@ -1,4 +1,4 @@
-"""Scale-out on Ray Data (`pip install "reflection[ray]"`): reflect a `ray.data.Dataset`.
+"""Scale-out on Ray Data (`pip install "toolcall-reflection[ray]"`): reflect a `ray.data.Dataset`.
 
 `ReflectBatches` is a callable class for `Dataset.map_batches`. Each actor holds one
 `Reflector` (one judge client and connection pool) on its own event loop thread, and allows

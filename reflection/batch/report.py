@@ -23,7 +23,8 @@ from rich.text import Text
 from reflection._terminal import plain
 from reflection.batch._output import iter_output_rows, semantic_checks
 
-__all__ = ["BatchReport", "ReportBuilder", "FailingCheck", "ErrorReason", "read_report", "render_report", "row_problems"]
+__all__ = ["BatchReport", "ReportBuilder", "FailingCheck", "ErrorReason", "format_cost", "read_report", "render_report",
+           "row_problems"]
 
 _EXAMPLES = 3
 _TOP = 10
@@ -58,7 +59,8 @@ class JudgeTotals(_Frozen):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0
+    """USD; None (null) when some row's judge requests have no known price."""
 
 
 class Latency(_Frozen):
@@ -114,8 +116,9 @@ def row_problems(row: Mapping[str, Any]) -> list[str]:
             for name, check in semantic_checks(row) if check.get("status") == "error"]
 
 
-def row_usage(row: Mapping[str, Any]) -> dict[str, float]:
-    """The row's judge usage as numbers (missing fields are 0); ValueError names the row when
+def row_usage(row: Mapping[str, Any]) -> dict[str, float | None]:
+    """The row's judge usage as numbers (missing fields are 0; a null `cost_usd`, an unknown
+    price, stays None); ValueError names the row when
     `usage` is not an object of numbers, so the file is not a reflection output."""
     usage = row.get("usage")
     if usage is None:
@@ -125,7 +128,7 @@ def row_usage(row: Mapping[str, Any]) -> dict[str, float]:
     if bad:
         raise ValueError(f"row {str(row.get('id'))!r}: \"usage\" must be an object of numbers, got "
                          f"{plain(repr(usage), one_line=True)[:80]}; this is not a reflection output row")
-    return {k: v or 0 for k, v in usage.items()}
+    return {k: v if k == "cost_usd" else v or 0 for k, v in usage.items()}  # a null cost stays unknown
 
 
 def _failed_checks(row: Mapping[str, Any]) -> list[str]:
@@ -146,11 +149,13 @@ class ReportBuilder:
         self.reasons = Counter[str]()
         self.reason_examples: dict[str, list[str]] = {}
         self.usage = dict.fromkeys(_USAGE_FIELDS, 0)
-        self.cost = 0.0
+        self.cost: float | None = 0.0  # None once a row's requests have no known price
         self.latencies = array("d")
 
     def add(self, row: Mapping[str, Any]) -> None:
-        """Count one output row."""
+        """Count one output row; `NotAResultRow` (a ValueError) for a row that is not one."""
+        if "overall_valid" not in row:  # every result row has it, error rows and --flat rows too
+            raise NotAResultRow(row)
         rid = str(row.get("id"))
         self.counts["rows"] += 1
         if "error" in row:
@@ -178,8 +183,10 @@ class ReportBuilder:
                 examples.append(rid)
         usage = row_usage(row)
         for name in _USAGE_FIELDS:
-            self.usage[name] += int(usage.get(name, 0))
-        self.cost += float(usage.get("cost_usd", 0.0))
+            self.usage[name] += int(usage.get(name) or 0)
+        if self.cost is not None:
+            cost = usage.get("cost_usd", 0.0)
+            self.cost = None if cost is None and usage.get("requests") else self.cost + float(cost or 0.0)
         if isinstance(row.get("latency_ms"), (int, float)):
             self.latencies.append(float(row["latency_ms"]))
 
@@ -232,14 +239,38 @@ def build_report(rows: Iterable[Mapping[str, Any]]) -> BatchReport:
     return builder.build()
 
 
+class NotAResultRow(ValueError):
+    """A row without `overall_valid`: the file is not a reflection output (a dataset, most often)."""
+
+    def __init__(self, row: Mapping[str, Any], path: str | Path | None = None):
+        self.row = row
+        looks = " (it has the members of an input row)" if _INPUT_MEMBERS & set(row) else ""
+        where = f"{path} is not a reflection result file: its" if path is not None else "this is not a result row: the"
+        super().__init__(f"{where} row {plain(str(row.get('id')), one_line=True)[:80]!r} has no \"overall_valid\"{looks}; "
+                         "report on the output of `reflection batch` or `reflection check`, e.g. "
+                         "`reflection batch DATASET -o results.jsonl` then `reflection report results.jsonl`")
+
+
+_INPUT_MEMBERS = {"call", "tool_calls", "tools", "history"}
+
+
 def read_report(path: str | Path) -> BatchReport:
-    """The report over a batch output file, read as a stream."""
-    return build_report(iter_output_rows(path))
+    """The report over a batch output file, read as a stream. ValueError (`NotAResultRow`) when
+    a row is not a result row: a dataset given instead of the results reflected from it."""
+    try:
+        return build_report(iter_output_rows(path))
+    except NotAResultRow as exc:
+        raise NotAResultRow(exc.row, path) from None
 
 
 def _untrusted(text: str) -> Text:
     """Ids and error messages come from the input: shown as plain text, never as markup or control codes."""
     return Text(plain(text, one_line=True))
+
+
+def format_cost(usd: float | None) -> str:
+    """A judge cost for people: `$0.0123`, or `unknown` when no price is known for the model."""
+    return "unknown" if usd is None else f"${usd:,.4f}"
 
 
 def _fmt_ms(value: float | None) -> str:
@@ -288,7 +319,8 @@ def render_report(report: BatchReport, console: Console | None = None) -> None:
     judge = report.judge
     console.print(f"judge: {judge.requests:,} requests, {judge.prompt_tokens:,} prompt + "
                   f"{judge.completion_tokens:,} completion tokens ({judge.cached_tokens:,} cached), "
-                  f"${judge.cost_usd:,.4f}")
+                  + ("cost unknown (no price for the judge model: set judge.prices in the config)"
+                     if judge.cost_usd is None else format_cost(judge.cost_usd)), markup=False)
     latency = report.latency_ms
     console.print(f"latency per row: p50 {_fmt_ms(latency.p50)}, p95 {_fmt_ms(latency.p95)}, "
                   f"max {_fmt_ms(latency.max)} over {latency.rows:,} rows")

@@ -3,11 +3,11 @@
 One module per framework, each importing its framework only inside itself (install the
 matching extra):
 
-- `reflection.integrations.openai_agents` (`reflection[openai-agents]`): a tool input
+- `reflection.integrations.openai_agents` (`toolcall-reflection[openai-agents]`): a tool input
   guardrail for the OpenAI Agents SDK.
-- `reflection.integrations.langchain` (`reflection[langchain]`): `wrap_tool_call` middleware
+- `reflection.integrations.langchain` (`toolcall-reflection[langchain]`): `wrap_tool_call` middleware
   for LangChain agents and a gated LangGraph `ToolNode`.
-- `reflection.integrations.pydantic_ai` (`reflection[pydantic-ai]`): a Pydantic AI capability.
+- `reflection.integrations.pydantic_ai` (`toolcall-reflection[pydantic-ai]`): a Pydantic AI capability.
 
 Everywhere, `allow` runs the call, `modify` runs the verified correction where the framework
 lets a hook change arguments (and says what changed in the call's result), `reflect` and `deny`

@@ -1,5 +1,5 @@
 """LangChain and LangGraph: `wrap_tool_call` middleware and a gated `ToolNode`
-(`pip install 'reflection[langchain]'`).
+(`pip install 'toolcall-reflection[langchain]'`).
 
     from langchain.agents import create_agent
     from reflection.integrations.langchain import ReflectionMiddleware, reflection_tool_node

@@ -1,4 +1,4 @@
-"""OpenAI Agents SDK: a tool input guardrail built from a `Gate` (`pip install 'reflection[openai-agents]'`).
+"""OpenAI Agents SDK: a tool input guardrail built from a `Gate` (`pip install 'toolcall-reflection[openai-agents]'`).
 
     from agents import Agent, function_tool
     from reflection.integrations.openai_agents import guard_tools

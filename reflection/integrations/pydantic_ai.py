@@ -1,4 +1,4 @@
-"""Pydantic AI: a capability that asks a `Gate` about each tool call (`pip install 'reflection[pydantic-ai]'`).
+"""Pydantic AI: a capability that asks a `Gate` about each tool call (`pip install 'toolcall-reflection[pydantic-ai]'`).
 
     from pydantic_ai import Agent
     from reflection.integrations.pydantic_ai import ReflectionCapability

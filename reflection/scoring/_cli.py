@@ -17,7 +17,12 @@ from typing import IO, TYPE_CHECKING, Any
 import anyio
 import typer
 
-from reflection._cli_common import open_text_output, refuse_input_as_output, user_errors
+from reflection._cli_common import (
+    open_text_output,
+    raise_broken_pipe,
+    refuse_input_as_output,
+    user_errors,
+)
 from reflection._json import dumps
 from reflection._log import warnings_to_stderr
 from reflection.config import ReflectionConfig, load_config
@@ -97,7 +102,7 @@ def score(
     if json_summary:
         stream.write(dumps(data) + "\n")
     else:
-        Console(file=stream, soft_wrap=True).print(_table(data))
+        raise_broken_pipe(Console(file=stream, soft_wrap=True)).print(_table(data))
 
 
 async def _write_rows(predictions: Path, references: Path, out: IO[str], summary: ScoreSummary,
@@ -125,6 +130,7 @@ async def _write_rows(predictions: Path, references: Path, out: IO[str], summary
 
 def _table(data: dict[str, Any]) -> Table:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="reflection score", title_justify="left")
     table.add_column("metric")
@@ -152,14 +158,16 @@ def _table(data: dict[str, Any]) -> Table:
         table.add_row("rows with a judge error", str(judge["error_rows"]), "")
         table.add_row("judge requests", str(judge["requests"]), "")
         table.add_row("judge tokens (prompt / completion)", f"{judge['prompt_tokens']} / {judge['completion_tokens']}", "")
-        table.add_row("judge cost (USD)", f"{judge['cost_usd']:.4f}", "")
+        table.add_row("judge cost (USD)", "unknown" if judge["cost_usd"] is None else f"{judge['cost_usd']:.4f}", "")
+        if judge["cost_usd"] is None:
+            notes.append("judge cost unknown: no price for the judge model (set judge.prices in the config)")
     else:
         notes.append(f"judged metrics skipped: {_NO_JUDGE}")
     if data["metrics"]["response_exact_match"]["n"] and not data["metrics"]["response_rouge_l"]["n"]:
-        notes.append("response_rouge_l and response_meteor need the metrics extra: pip install 'reflection[metrics]'")
+        notes.append("response_rouge_l and response_meteor need the metrics extra: pip install 'toolcall-reflection[metrics]'")
     if data["meteor_synonyms"] is False:
         notes.append("response_meteor: WordNet synonyms off, exact and stem matches only (install Debian's "
                      "wordnet-base, or set REFLECTION_WORDNET to a WordNet database directory)")
-    if notes:
-        table.caption = "\n".join(notes)
+    if notes:  # plain text, not markup: "[metrics]" in an install hint would be read as a style
+        table.caption = Text("\n".join(notes), style="table.caption")
     return table

@@ -53,7 +53,7 @@ def exact_match(prediction: str, reference: str, *, normalize: bool = True) -> f
 def rouge_l(prediction: str, reference: str, *, use_stemmer: bool = True) -> float:
     """ROUGE-L F-measure (longest common subsequence of tokens), from Google's `rouge-score`.
 
-    Needs the `metrics` extra (`pip install 'reflection[metrics]'`). Two differences from
+    Needs the `metrics` extra (`pip install 'toolcall-reflection[metrics]'`). Two differences from
     `rouge-score`'s default tokenizer, which keeps only ASCII letters and digits: words in
     any script are kept (so non-English answers do not score 0), and CJK characters count
     one token each. On ASCII text the tokens are the same. Two answers with no tokens at all
@@ -72,7 +72,7 @@ def _rouge_scorer(use_stemmer: bool) -> tuple[Any, Any]:
         from rouge_score import rouge_scorer, tokenizers  # type: ignore[import-untyped]
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
         raise ImportError(
-            "rouge_l needs the optional 'metrics' extra: pip install 'reflection[metrics]'"
+            "rouge_l needs the optional 'metrics' extra: pip install 'toolcall-reflection[metrics]'"
         ) from exc
 
     class UnicodeTokenizer(tokenizers.Tokenizer):
@@ -151,7 +151,7 @@ def meteor(prediction: str, reference: str, *, wordnet: str | Path | None = None
     `meteor_score`: unigram matches by exact form, then Porter stem, then WordNet synonym,
     with a fragmentation penalty.
 
-    Needs the `metrics` extra (`pip install 'reflection[metrics]'`). Tokens are `rouge_l`'s,
+    Needs the `metrics` extra (`pip install 'toolcall-reflection[metrics]'`). Tokens are `rouge_l`'s,
     unstemmed (METEOR stems on its own): words in any script, lower-cased, CJK characters
     one token each. The synonym stage uses the WordNet `find_wordnet(wordnet)` locates; with
     none, or with `synonyms=False`, METEOR runs with exact and stem matching only. Two answers

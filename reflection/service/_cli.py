@@ -53,7 +53,7 @@ def _require_service_extra() -> None:
         import prometheus_client  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        raise fail(f"the service needs the 'service' extra: pip install \"reflection[service]\" ({exc})") from None
+        raise fail(f"the service needs the 'service' extra: pip install \"toolcall-reflection[service]\" ({exc})") from None
 
 
 def app_from_env():  # noqa: ANN201 - an ASGI app
@@ -170,7 +170,7 @@ def mcp_proxy(
     try:
         import mcp  # noqa: F401
     except ImportError as exc:
-        raise fail(f"the MCP proxy needs the 'service' extra: pip install \"reflection[service]\" ({exc})") from None
+        raise fail(f"the MCP proxy needs the 'service' extra: pip install \"toolcall-reflection[service]\" ({exc})") from None
     import logging.config
 
     import anyio

@@ -65,7 +65,8 @@ class Metrics:
             self.judge_tokens.labels("prompt").inc(usage.prompt_tokens)
             self.judge_tokens.labels("completion").inc(usage.completion_tokens)
             self.judge_tokens.labels("cached").inc(usage.cached_tokens)
-            self.judge_cost.inc(usage.cost_usd)
+            if usage.cost_usd is not None:  # unknown price: the counter stays a sum of known costs
+                self.judge_cost.inc(usage.cost_usd)
 
     def observe_results(self, results: list[ReflectionResult]) -> None:
         """Count reflected calls and their judge traffic."""

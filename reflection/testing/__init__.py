@@ -12,7 +12,8 @@ code runs — request building, structured output, retries, validation and cost.
         assert result.overall_valid is False
 
 With the pytest plugin (installed with the package) the `fake_judge` fixture gives the same
-object, entered for the test's duration. `FakeJudge` needs the `testing` extra (respx); this
+object, entered for the test's duration. In a user's own suite, `assert_valid_call(call,
+tools, history, config=...)` reflects a call and fails with the failing checks and evidence. `FakeJudge` needs the `testing` extra (respx); this
 package itself, the plugin and `reflection.testing.server` load without it.
 """
 
@@ -26,6 +27,7 @@ import httpx
 
 from reflection._json import dumps, parse_json
 from reflection.judge import JudgeConfig
+from reflection.testing._assert import assert_valid_call
 from reflection.testing._protocol import (
     REPLY_STYLES,
     SCORE_REQUEST,
@@ -38,7 +40,7 @@ from reflection.testing._protocol import (
     score_reply,
 )
 
-__all__ = ["REPLY_STYLES", "TRUNCATED_BUDGET", "FakeJudge", "RecordedRequest", "check_reply"]
+__all__ = ["REPLY_STYLES", "TRUNCATED_BUDGET", "FakeJudge", "RecordedRequest", "assert_valid_call", "check_reply"]
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ class FakeJudge:
         try:
             import respx  # the `testing` extra; imported here so the plugin loads without it
         except ImportError:
-            raise ImportError('FakeJudge (and the fake_judge fixture) needs respx: pip install "reflection[testing]"') from None
+            raise ImportError('FakeJudge (and the fake_judge fixture) needs respx: pip install "toolcall-reflection[testing]"') from None
         self._router = respx.mock(base_url=self.base_url, assert_all_called=False, assert_all_mocked=True)
         self._router.post("/chat/completions").mock(side_effect=self._handle)
 

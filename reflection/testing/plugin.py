@@ -20,7 +20,7 @@ def fake_judge() -> Iterator[FakeJudge]:
     """A `FakeJudge` intercepting HTTP for the test's duration; all checks pass unless scripted.
 
     Pass `fake_judge.config` as the judge config: `ReflectionConfig(judge=fake_judge.config)`.
-    Needs `pip install "reflection[testing]"`.
+    Needs `pip install "toolcall-reflection[testing]"`.
     """
     from reflection.testing import FakeJudge
 
