@@ -117,7 +117,7 @@ def serve(
     protocol = _guarded_protocol()
     if protocol is None:
         request_logger.warning("httptools is not installed: connections get uvicorn's keep-alive timeout only, no "
-                               "header time or size limit and no connection cap; install \"reflection[service]\"")
+                               "header time or size limit and no connection cap; install \"toolcall-reflection[service]\"")
     service = cfg.service
     request_logger.info(f"serving on http://{shown}:{port} with {workers} worker(s)", extra={"event": "listening"})
     try:
