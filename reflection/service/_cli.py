@@ -23,7 +23,7 @@ _CONFIG_ENV = "REFLECTION_SERVE_CONFIG"
 """How `reflection serve` tells its worker processes which config file to load."""
 
 
-def _load(config: Path | None):  # noqa: ANN202 - ReflectionConfig, imported late
+def _load(config: Path | None):
     from reflection.config import load_config
 
     try:
@@ -56,7 +56,7 @@ def _require_service_extra() -> None:
         raise fail(f"the service needs the 'service' extra: pip install \"reflection[service]\" ({exc})") from None
 
 
-def app_from_env():  # noqa: ANN201 - an ASGI app
+def app_from_env():
     """The application of one worker process: the config file named by REFLECTION_SERVE_CONFIG
     (if any), with the environment on top. Used by `reflection serve` as uvicorn's factory."""
     from reflection.cli import load_config
@@ -108,13 +108,23 @@ def serve(
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
+_MCP_CONFIG_ENV = "REFLECTION_MCP_PROXY_CONFIG"
+"""The config file of `reflection mcp-proxy` when --config is not given: for clients that take
+`--config` themselves (the MCP Inspector does), so it cannot be passed on the command line."""
+
+
 def mcp_proxy(
     command: list[str] = typer.Argument(..., help="The MCP server to run, after --: COMMAND ARGS..."),
-    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help="YAML config (judge:, gate:)."),
+    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, envvar=_MCP_CONFIG_ENV,
+                                       help=f"YAML config (judge:, gate:); or set {_MCP_CONFIG_ENV}."),
+    request_timeout: float = typer.Option(30.0, "--request-timeout", min=0.1,
+                                          help="Seconds to wait for the server's answer to the proxy's own tools/list."),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
 ) -> None:
     """Front an MCP server run over stdio: every tools/call is checked; a refused call is answered
-    with an MCP tool error whose text is the feedback. Everything else passes through."""
+    with an MCP tool error whose text is the feedback, a corrected one runs with a note saying
+    what was corrected. Everything else passes through. Exits when stdin ends, on SIGINT or
+    SIGTERM, stopping the server; the exit code is the server's when it failed by itself."""
     try:
         import mcp  # noqa: F401
     except ImportError as exc:
@@ -129,6 +139,7 @@ def mcp_proxy(
     cfg = _load(config)
     logging.config.dictConfig(log_config(log_level))
     try:
-        anyio.run(run_proxy, command, cfg)
+        code = anyio.run(lambda: run_proxy(command, cfg, request_timeout=request_timeout))
     except OSError as exc:
         raise fail(f"cannot start the MCP server {command[0]!r}: {exc}") from None
+    raise typer.Exit(code)
