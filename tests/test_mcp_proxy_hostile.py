@@ -318,3 +318,19 @@ def test_the_servers_options_need_no_separator(tmp_path):
         return (await client.call_tool("echo", {"text": "hi"})).content[0].text
 
     assert _run(StdioServerParameters(command=argv[0], args=argv[1:], env=_env()), [call]) == ["hi"]
+
+
+@pytest.mark.xfail(reason="needs the core to report checks that need a conversation as not assessable "
+                          "(issue 20 item 3); today the judge fails every value as ungrounded", strict=False)
+def test_with_a_judge_and_no_conversation_a_valid_call_runs(tmp_path):
+    from reflection.testing.server import StandInJudge
+
+    async def valid(client):
+        return await client.call_tool("echo", {"text": "Paris", "times": 2})
+
+    with StandInJudge(idle_timeout=60) as judge:
+        config = tmp_path / "judge.yaml"
+        config.write_text(f"judge:\n  base_url: {judge.base_url}\n  model: stand-in\n  api_key: x\n")
+        (result,) = _run(_sdk(tmp_path, proxy_args=("--config", str(config))), [valid])
+    assert result.is_error is False and result.content[0].text == "ParisParis"
+    assert _received(tmp_path) == [{"name": "echo", "arguments": {"text": "Paris", "times": 2}}]
