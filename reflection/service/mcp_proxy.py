@@ -34,8 +34,8 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +54,8 @@ from reflection._terminal import plain
 from reflection.config import ReflectionConfig
 from reflection.formats import normalize_tools
 
-__all__ = ["McpProxy", "ServerProcess", "UnreadableMessage", "decode_line", "run_proxy", "stdio_streams"]
+__all__ = ["HttpFront", "McpProxy", "ServerProcess", "UnreadableMessage", "correction_note", "decode_line", "http_upstream",
+           "run_proxy", "stdio_streams", "stdio_upstream"]
 
 log = logging.getLogger("reflection.service.mcp")
 
@@ -380,7 +381,9 @@ class McpProxy:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._server_side)
-            await self._from_client()
+            # A transport that is shut down (an HTTP session ended) closes its stream instead of ending it.
+            with suppress(anyio.ClosedResourceError):
+                await self._from_client()
             tg.cancel_scope.cancel()
 
     # -- client to server ----------------------------------------------------------------------
@@ -399,6 +402,11 @@ class McpProxy:
                 log.warning("tools/call without an id dropped: a notification cannot be answered",
                             extra={"event": "mcp_tools_call_without_id"})
             else:
+                if isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+                    # A cancelled request may never be answered: stop waiting for it, and a call
+                    # still being checked is then never sent.
+                    params = message.params if isinstance(message.params, dict) else {}
+                    self._pending.pop(_key(params.get("requestId")), None)
                 await self._to_server(item)
 
     async def _client_request(self, item: SessionMessage, message: types.JSONRPCRequest) -> None:
@@ -437,7 +445,8 @@ class McpProxy:
         if self.server_gone is not None:
             return False
         try:
-            await self.server_write.send(item)
+            # Only the message crosses: metadata belongs to the transport it came in on.
+            await self.server_write.send(SessionMessage(item.message))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             self.server_gone = self.server_gone or "the MCP server is gone"
             return False
@@ -446,7 +455,8 @@ class McpProxy:
     # -- server to client ----------------------------------------------------------------------
 
     async def _server_side(self) -> None:
-        await self._from_server()
+        with suppress(anyio.ClosedResourceError):
+            await self._from_server()
         reason = await self._server_ended() if self._server_ended else "the MCP server closed the connection"
         self.server_gone = reason
         for own in self._own.values():
@@ -516,8 +526,9 @@ class McpProxy:
         key = _key(id_)
         if key in self._pending and key not in self._unsent:
             request = self._pending.pop(key)
+            note = f" ({request.note})" if request.note else ""
             await self._error_to_client(id_, _INTERNAL_ERROR,
-                                        f"reflection: the MCP server's answer to {request.method} could not be read: {reason}")
+                                        f"reflection: the MCP server's answer to {request.method} could not be read: {reason}{note}")
 
     # -- tools ---------------------------------------------------------------------------------
 
@@ -620,6 +631,8 @@ class McpProxy:
         # No conversation: the proxy sees only the call. Checks that need one are not assessed.
         decision = await self.gate.check(call, self._tool_inventory(), None)
         log.info("tools/call", extra={"event": "mcp_tools_call", "actions": decision.action, "route": _quoted(name)})
+        if key not in self._pending:  # the client cancelled it while it was checked
+            return
         if decision.action in ("allow", "modify") and self.server_gone is not None:
             self._pending.pop(key, None)
             await self._error_to_client(request.id, _INTERNAL_ERROR, f"reflection: {self.server_gone}")
@@ -658,7 +671,7 @@ class McpProxy:
 
     async def _send_client(self, item: SessionMessage) -> None:
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await self.client_write.send(item)
+            await self.client_write.send(SessionMessage(item.message))
 
 
 def correction_note(name: str, arguments: Any, new_name: Any, new_arguments: Any) -> str:
@@ -703,41 +716,262 @@ def _exit_code(status: int | None) -> int:
     return 128 - status if status < 0 else status
 
 
-async def run_proxy(command: Sequence[str], config: ReflectionConfig, *, request_timeout: float = REQUEST_TIMEOUT) -> int:
-    """Serve MCP on this process's stdin/stdout in front of the server started by `command`,
-    until stdin ends, SIGINT or SIGTERM. Returns the exit code: the server's own status when
-    it exited by itself with a failure, 128 + the signal for SIGINT/SIGTERM, else 0."""
+Upstream = Callable[[], Any]
+"""A factory of async context managers, each a fresh connection to the MCP server, entered as
+`(read, write, server_ended)`."""
+
+
+def stdio_upstream(command: Sequence[str], env: dict[str, str] | None = None) -> Upstream:
+    """Connections that each run `command` as a child server (stopped when the connection ends)."""
+
+    @asynccontextmanager
+    async def connect() -> AsyncIterator[tuple[Any, Any, Callable[[], Awaitable[str]]]]:
+        server = await ServerProcess.start(command, env=env)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(server.pump)
+                yield server.read, server.write, server.describe_end
+                tg.cancel_scope.cancel()
+        finally:
+            await server.stop()
+
+    return connect
+
+
+def http_upstream(url: str, headers: dict[str, str] | None = None) -> Upstream:
+    """Connections to the MCP server at `url` over streamable HTTP (the SDK's client transport),
+    with `headers` (e.g. Authorization) on every request."""
+    from mcp.client.streamable_http import (
+        create_mcp_http_client,
+        streamable_http_client,
+    )
+
+    async def ended() -> str:
+        return f"the connection to the MCP server at {_quoted(url, 200)} ended"
+
+    @asynccontextmanager
+    async def connect() -> AsyncIterator[tuple[Any, Any, Callable[[], Awaitable[str]]]]:
+        async with create_mcp_http_client(headers=headers) as http, \
+                streamable_http_client(url, http_client=http) as (read, write):
+            yield read, write, ended
+
+    return connect
+
+
+class HttpFront:
+    """An ASGI application serving MCP over streamable HTTP at `path`: each client session
+    (opened by its initialize request) gets its own `McpProxy` and its own upstream connection
+    (for a command, its own child server), ended with the session (DELETE, idle timeout or the
+    proxy's shutdown). Run it with `serve()`."""
+
+    def __init__(self, gate: Any, upstream: Upstream, *, path: str = "/mcp", request_timeout: float = REQUEST_TIMEOUT,
+                 max_sessions: int = 100, idle_timeout: float = 600.0, security_settings: Any = None):
+        self.gate = gate
+        self.upstream = upstream
+        self.path = path
+        self.request_timeout = request_timeout
+        self.max_sessions = max_sessions
+        self.idle_timeout = idle_timeout
+        self.security_settings = security_settings
+        self.sessions: dict[str, Any] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+        from starlette.responses import JSONResponse
+
+        if scope["type"] != "http":
+            return
+        if scope["path"].rstrip("/") != self.path:
+            await JSONResponse({"error": "not found"}, status_code=404)(scope, receive, send)
+            return
+        session_id = dict(scope["headers"]).get(MCP_SESSION_ID_HEADER.encode())
+        if session_id is not None:
+            transport = self.sessions.get(session_id.decode("latin-1"))
+            if transport is None:
+                await _jsonrpc_error_response("Session not found", 404)(scope, receive, send)
+                return
+            await transport.handle_request(scope, receive, send)
+            if transport.is_terminated:
+                self.sessions.pop(session_id.decode("latin-1"), None)
+            return
+        if len(self.sessions) >= self.max_sessions:
+            await _jsonrpc_error_response("Too many open sessions", 503)(scope, receive, send)
+            return
+        await self._open(scope, receive, send)
+
+    async def _open(self, scope: Any, receive: Any, send: Any) -> None:
+        from mcp.server.streamable_http import StreamableHTTPServerTransport
+
+        # Only an initialize request opens a session: anything else is refused before a server
+        # connection (for a command, a process) is made for it.
+        body = await _read_body(receive, _MAX_OPENING_BYTES) if scope.get("method") == "POST" else None
+        if body is None or not _is_initialize(body):
+            await _jsonrpc_error_response("Bad Request: a session starts with an initialize request", 400)(
+                scope, receive, send)
+            return
+        replayed = False
+
+        async def receive_again() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        session_id = uuid.uuid4().hex
+        transport = StreamableHTTPServerTransport(mcp_session_id=session_id, security_settings=self.security_settings,
+                                                  idle_timeout=self.idle_timeout)
+        self.sessions[session_id] = transport
+        status: list[int] = []
+
+        async def watch(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+            await send(message)
+
+        assert self._tg is not None, "serve() runs the sessions"
+        try:
+            await self._tg.start(self._session, transport)
+            await transport.handle_request(scope, receive_again, watch)
+        finally:
+            if not status or status[0] >= 400:  # nothing was opened: no session to keep
+                self.sessions.pop(session_id, None)
+                with anyio.CancelScope(shield=True):
+                    await transport.terminate()
+
+    async def _session(self, transport: Any, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with transport.connect() as (client_read, client_write):
+                task_status.started()
+                idle = transport.idle_scope or anyio.CancelScope()
+                with idle:
+                    async with self.upstream() as (server_read, server_write, ended):
+                        await McpProxy(self.gate, client_read, client_write, server_read, server_write,
+                                       server_ended=ended, request_timeout=self.request_timeout).run()
+        except Exception:
+            log.exception("MCP session ended by an error", extra={"event": "mcp_session_failed"})
+        finally:
+            self.sessions.pop(transport.mcp_session_id or "", None)
+            with anyio.CancelScope(shield=True):
+                await transport.terminate()
+
+    async def serve(self, host: str, port: int, stop: anyio.Event) -> None:
+        """Listen on `host`:`port` until `stop` is set, then end every session."""
+        import uvicorn
+
+        class _Server(uvicorn.Server):
+            @contextmanager
+            def capture_signals(self) -> Iterator[None]:  # the proxy handles its signals itself
+                yield
+
+        server = _Server(uvicorn.Config(self, host=host, port=port, lifespan="off", log_config=None,
+                                        access_log=False, server_header=False, timeout_graceful_shutdown=2))
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+
+            async def stopper() -> None:
+                await stop.wait()
+                server.should_exit = True
+
+            tg.start_soon(stopper)
+            await server.serve()
+            tg.cancel_scope.cancel()
+
+
+_MAX_OPENING_BYTES = 1024 * 1024  # an initialize request is small
+
+
+async def _read_body(receive: Any, limit: int) -> bytes | None:
+    """The request's body, or None when it is longer than `limit` bytes."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        body += message.get("body", b"")
+        if len(body) > limit:
+            return None
+        if not message.get("more_body"):
+            return bytes(body)
+
+
+def _is_initialize(body: bytes) -> bool:
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(value, dict) and value.get("method") == "initialize"
+
+
+def _jsonrpc_error_response(message: str, status: int) -> Any:
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": _INVALID_REQUEST, "message": message}},
+                        status_code=status)
+
+
+async def _stop_on_signal(stop: Callable[[int], None]) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for number in signals:
+            log.info("stopping on %s", _signal_name(number), extra={"event": "mcp_signal"})
+            stop(number)
+            return
+
+
+async def run_proxy(command: Sequence[str], config: ReflectionConfig, *, url: str | None = None,
+                    headers: dict[str, str] | None = None, listen: tuple[str, int] | None = None,
+                    request_timeout: float = REQUEST_TIMEOUT) -> int:
+    """Check every tool call between MCP clients and an MCP server, until stdin ends (or, with
+    `listen`, forever), SIGINT or SIGTERM.
+
+    The server is `command`, run as a child over stdio, or the one at `url` over streamable
+    HTTP (with `headers`). Clients come over this process's stdin/stdout, or with `listen=(host,
+    port)` over streamable HTTP at `/mcp`, each session with its own server connection. Returns
+    the exit code: 128 + the signal for SIGINT/SIGTERM; with one stdio server, its own status
+    when it exited by itself with a failure; else 0."""
     from reflection.gate import Gate
 
-    if not command:
-        raise ValueError("no MCP server command given: reflection mcp-proxy -- COMMAND ARGS...")
-    # The child gets this process's whole environment: the proxy must be transparent to it.
-    server = await ServerProcess.start(command, env=dict(os.environ))
+    if bool(command) == bool(url):
+        raise ValueError("give the MCP server as a command (reflection mcp-proxy -- COMMAND ARGS...) or as --url, not both")
     received: list[int] = []
-    status: int | None = None
+    stop = anyio.Event()
+
+    def on_signal(number: int) -> None:
+        received.append(number)
+        stop.set()
+
+    died, status = False, None
+    # Started first, so a command that cannot run raises its OSError as it is.
+    server = await ServerProcess.start(command, env=dict(os.environ)) if listen is None and not url else None
     try:
-        async with Gate(config) as gate, stdio_streams() as (client_read, client_write), \
-                anyio.create_task_group() as tg:
-            proxy = McpProxy(gate, client_read, client_write, server.read, server.write,
-                             server_ended=server.describe_end, request_timeout=request_timeout)
+        async with Gate(config) as gate, anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signal, on_signal)
+            if listen is not None:
+                # A child gets this process's whole environment: the proxy must be transparent to it.
+                upstream = http_upstream(url, headers) if url else stdio_upstream(command, env=dict(os.environ))
+                await HttpFront(gate, upstream, request_timeout=request_timeout).serve(*listen, stop)
+            else:
+                async def cancel_on_stop() -> None:
+                    await stop.wait()
+                    tg.cancel_scope.cancel()
 
-            async def on_signal() -> None:
-                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                    async for number in signals:
-                        received.append(number)
-                        log.info("stopping on %s", _signal_name(number), extra={"event": "mcp_signal"})
-                        tg.cancel_scope.cancel()
-                        return
-
-            tg.start_soon(on_signal)
-            tg.start_soon(server.pump)
-            await proxy.run()
+                tg.start_soon(cancel_on_stop)
+                async with stdio_streams() as (client_read, client_write):
+                    if url:
+                        async with http_upstream(url, headers)() as (server_read, server_write, ended):
+                            await McpProxy(gate, client_read, client_write, server_read, server_write,
+                                           server_ended=ended, request_timeout=request_timeout).run()
+                    else:
+                        assert server is not None
+                        tg.start_soon(server.pump)
+                        await McpProxy(gate, client_read, client_write, server.read, server.write,
+                                       server_ended=server.describe_end, request_timeout=request_timeout).run()
             tg.cancel_scope.cancel()
     finally:
-        died = server.process.returncode is not None and not server.stopping
-        status = await server.stop()
+        if server is not None:
+            died = server.process.returncode is not None and not server.stopping
+            status = await server.stop()
     if received:
         return 128 + received[0]
-    if died:
-        return _exit_code(status)
-    return 0
+    return _exit_code(status) if died else 0
