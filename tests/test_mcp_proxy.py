@@ -15,7 +15,7 @@ import pytest
 
 mcp = pytest.importorskip("mcp")
 
-from mcp import Client, StdioServerParameters  # noqa: E402
+from mcp import Client, StdioServerParameters
 
 SERVER = Path(__file__).with_name("_mcp_weather_server.py")
 CLI = "from reflection.cli import app; app()"
@@ -84,7 +84,7 @@ def test_a_missing_server_command_is_a_clear_error(tmp_path):
     import subprocess
 
     done = subprocess.run([sys.executable, "-c", CLI, "mcp-proxy", "--", str(tmp_path / "no-such-server")],
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == 2
     assert "cannot start the MCP server" in done.stderr
 
@@ -149,3 +149,68 @@ def test_the_tool_list_is_prepared_once_per_content_and_calls_are_checked_withou
     assert first is second is same
     assert changed is not first
     assert [history for _, history in seen] == [None] * 4
+
+
+def test_a_call_the_client_cancels_while_it_is_checked_is_never_sent():
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
+    from reflection.gate import Gate
+    from reflection.service.mcp_proxy import McpProxy
+
+    release = anyio.Event()
+
+    class SlowGate(Gate):
+        async def check(self, call, tools, history=None):
+            await release.wait()
+            return await super().check(call, tools, history)
+
+    def message(data: dict) -> SessionMessage:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_python(data))
+
+    async def main() -> list:
+        to_proxy, client_read = anyio.create_memory_object_stream(10)
+        client_write, from_proxy = anyio.create_memory_object_stream(10)
+        server_send, server_read = anyio.create_memory_object_stream(10)
+        server_write, server_inbox = anyio.create_memory_object_stream(10)
+        received = []
+
+        async def server() -> None:
+            async for item in server_inbox:
+                m = item.message
+                received.append(m.method)
+                if m.method == "tools/list":
+                    await server_send.send(message({"jsonrpc": "2.0", "id": m.id, "result": {"tools": [
+                        {"name": "a", "inputSchema": {"type": "object", "properties": {}}}]}}))
+                elif m.method == "ping":
+                    await server_send.send(message({"jsonrpc": "2.0", "id": m.id, "result": {}}))
+
+        async with SlowGate() as gate, anyio.create_task_group() as tg:
+            tg.start_soon(server)
+            tg.start_soon(McpProxy(gate, client_read, client_write, server_read, server_write).run)
+            with anyio.fail_after(30):
+                await to_proxy.send(message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "a"}}))
+                await to_proxy.send(message({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                             "params": {"requestId": 1}}))
+                while "notifications/cancelled" not in received:
+                    await anyio.sleep(0.01)
+                release.set()
+                await to_proxy.send(message({"jsonrpc": "2.0", "id": 2, "method": "ping"}))
+                answer = (await from_proxy.receive()).message
+            tg.cancel_scope.cancel()
+        return [answer.id, received]
+
+    answered, received = anyio.run(main)
+    assert answered == 2  # the ping; the cancelled call got no answer, as MCP asks
+    assert sorted(received) == ["notifications/cancelled", "ping", "tools/list"]  # no tools/call
+
+
+def test_a_line_longer_than_the_limit_is_one_unreadable_message_and_the_next_line_is_read():
+    from reflection.service.mcp_proxy import LineSplitter, UnreadableMessage
+
+    lines = LineSplitter(limit=100)
+    ping = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}\n'
+    out = lines.feed(b"x" * 80) + lines.feed(b"y" * 80) + lines.feed(b"z" * 500 + b"\n" + ping)
+    assert [type(item).__name__ for item in out] == ["UnreadableMessage", "SessionMessage"]
+    assert isinstance(out[0], UnreadableMessage) and out[0].reason == "longer than 100 bytes"
+    assert out[1].message.method == "ping"

@@ -1,6 +1,7 @@
-"""`reflection mcp-proxy -- COMMAND ARGS...`: an MCP proxy over stdio that checks every tool call.
+"""`reflection mcp-proxy -- COMMAND ARGS...`: an MCP proxy that checks every tool call.
 
-The proxy runs the MCP server COMMAND as a child process and relays JSON-RPC messages between it
+The proxy runs the MCP server COMMAND as a child process (or connects to one over streamable
+HTTP with `--url`; clients come over stdio, or over streamable HTTP with `--listen`) and relays JSON-RPC messages between it
 and the MCP client, unchanged, in both directions: initialisation, notifications, resources,
 prompts, sampling, everything. Two things are looked at on the way:
 
@@ -54,8 +55,8 @@ from reflection._terminal import plain
 from reflection.config import ReflectionConfig
 from reflection.formats import normalize_tools
 
-__all__ = ["HttpFront", "McpProxy", "ServerProcess", "UnreadableMessage", "correction_note", "decode_line", "http_upstream",
-           "run_proxy", "stdio_streams", "stdio_upstream"]
+__all__ = ["HttpFront", "LineSplitter", "McpProxy", "ServerProcess", "UnreadableMessage", "correction_note",
+           "decode_line", "http_upstream", "run_proxy", "stdio_streams", "stdio_upstream"]
 
 log = logging.getLogger("reflection.service.mcp")
 
@@ -139,7 +140,7 @@ def decode_line(line: bytes) -> SessionMessage | UnreadableMessage:
         return UnreadableMessage(reason, *_recover(line))
 
 
-class _LineSplitter:
+class LineSplitter:
     """Newline-delimited messages from byte chunks, each at most MAX_LINE_BYTES: the rest of a
     longer line is skipped up to its newline and the line reported as unreadable."""
 
@@ -149,6 +150,7 @@ class _LineSplitter:
         self._skipping = False
 
     def feed(self, chunk: bytes) -> list[SessionMessage | UnreadableMessage]:
+        """The messages that `chunk` completes (blank lines are skipped)."""
         out: list[SessionMessage | UnreadableMessage] = []
         start = 0
         while True:
@@ -198,7 +200,7 @@ async def stdio_streams(stdin_fd: int = 0, stdout_fd: int = 1) -> AsyncIterator[
         return True
 
     def reader() -> None:
-        lines = _LineSplitter()
+        lines = LineSplitter()
         try:
             while True:
                 try:
@@ -266,7 +268,7 @@ class ServerProcess:
 
     async def _reader(self) -> None:
         assert self.process.stdout is not None
-        lines = _LineSplitter()
+        lines = LineSplitter()
         async with self._read_send:
             with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 while True:
