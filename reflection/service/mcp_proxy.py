@@ -589,26 +589,39 @@ class McpProxy:
         async with self._tools_lock:
             if self.tools is not None:
                 return
-            cursor: str | None = None
-            listed: dict[str, dict[str, Any]] = {}
-            for _ in range(100):
-                params: dict[str, Any] = {"_meta": envelope} if envelope else {}
-                if cursor:
-                    params["cursor"] = cursor
-                answer = await self._request("tools/list", params)
-                if not isinstance(answer, types.JSONRPCResponse):
-                    reason = getattr(getattr(answer, "error", None), "message", None) or "no readable answer"
-                    log.warning("the MCP server's tools could not be listed: %s", _quoted(reason, 200),
-                                extra={"event": "mcp_tools_list_failed"})
-                    return
-                tools = answer.result.get("tools") if isinstance(answer.result, dict) else None
-                for tool in tools if isinstance(tools, list) else ():
-                    if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                        listed[tool["name"]] = tool
-                cursor = answer.result.get("nextCursor") if isinstance(answer.result, dict) else None
-                if not isinstance(cursor, str) or not cursor:
-                    break
+            listed = None
+            # One deadline for all pages, so the lock is never held longer than that.
+            with anyio.move_on_after(self.request_timeout) as deadline:
+                listed = await self._list_all(envelope)
+            if deadline.cancelled_caught:
+                log.warning("the MCP server's tools could not be listed within %s s", self.request_timeout,
+                            extra={"event": "mcp_tools_list_failed"})
+            if listed is None:
+                return
             self._learn({"tools": list(listed.values())})
+
+    async def _list_all(self, envelope: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+        """Every page of the server's tools by name (at most 100 pages); None when a page fails."""
+        cursor: str | None = None
+        listed: dict[str, dict[str, Any]] = {}
+        for _ in range(100):
+            params: dict[str, Any] = {"_meta": envelope} if envelope else {}
+            if cursor:
+                params["cursor"] = cursor
+            answer = await self._request("tools/list", params)
+            if not isinstance(answer, types.JSONRPCResponse):
+                reason = getattr(getattr(answer, "error", None), "message", None) or "no readable answer"
+                log.warning("the MCP server's tools could not be listed: %s", _quoted(reason, 200),
+                            extra={"event": "mcp_tools_list_failed"})
+                return None
+            tools = answer.result.get("tools") if isinstance(answer.result, dict) else None
+            for tool in tools if isinstance(tools, list) else ():
+                if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                    listed[tool["name"]] = tool
+            cursor = answer.result.get("nextCursor") if isinstance(answer.result, dict) else None
+            if not isinstance(cursor, str) or not cursor:
+                break
+        return listed
 
     async def _call_tool(self, item: SessionMessage, request: types.JSONRPCRequest) -> None:
         key = _key(request.id)
