@@ -97,7 +97,7 @@ app.command("serve", help="Run the reflection service and the OpenAI-compatible 
 # Options end at the server's command (no `--` needed), so clients that split their own
 # command lines at `--` (the MCP Inspector) can still pass the server's options through.
 app.command("mcp-proxy", context_settings={"allow_interspersed_args": False},
-            help="Check the tool calls of an MCP server run over stdio: reflection mcp-proxy -- COMMAND ARGS...")(mcp_proxy)
+            help="Check the tool calls of an MCP server (stdio or streamable HTTP): reflection mcp-proxy -- COMMAND ARGS...")(mcp_proxy)
 app.command("calibrate", help="Calibrate thresholds on labelled calls: confusion matrices, sweeps, suggestions.")(
     calibrate_command)
 

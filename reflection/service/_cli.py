@@ -157,8 +157,10 @@ def mcp_proxy(
     from reflection.service._logging import log_config
     from reflection.service.mcp_proxy import run_proxy
 
-    if bool(command) == bool(url):
-        raise fail("give the MCP server as a command (reflection mcp-proxy -- COMMAND ARGS...) or as --url, not both")
+    if not command and not url:
+        raise fail("no MCP server given: reflection mcp-proxy -- COMMAND ARGS..., or --url URL")
+    if command and url:
+        raise fail("give the MCP server as a command or as --url, not both")
     address = _listen_address(listen) if listen else None
     if address and not _is_loopback(address[0]) and not insecure_no_auth:
         raise fail(f"the MCP proxy has no authentication, so --listen takes a loopback address; refusing {address[0]}. "
