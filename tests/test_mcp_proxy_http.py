@@ -135,18 +135,24 @@ def test_http_clients_reach_a_remote_http_server_through_the_checks(tmp_path):
     _assert_checked(outcome, calls_log)
 
 
-def test_a_request_that_is_not_an_initialize_opens_no_session_and_starts_no_server(tmp_path):
+def test_only_an_initialize_from_a_local_page_opens_a_session_and_starts_a_server(tmp_path):
     pid_file = tmp_path / "server.pid"
     port = _free_port()
     argv = _proxy("--listen", f"127.0.0.1:{port}", "--", sys.executable, "-m", "reflection.testing.hostile_mcp",
                   "--lifetime", "60", "--calls-log", str(tmp_path / "calls.jsonl"), "--pid-file", str(pid_file))
+    accept = {"accept": "application/json, text/event-stream"}
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                  "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}}
     with _running(argv, port, _env(tmp_path / "unused.jsonl")):
-        reply = httpx.post(f"http://127.0.0.1:{port}/mcp", timeout=30,
-                           headers={"accept": "application/json, text/event-stream"},
-                           json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                                 "params": {"name": "echo", "arguments": {"text": "unchecked?"}}})
-    assert reply.status_code == 400
-    assert reply.json()["error"]["message"] == "Bad Request: a session starts with an initialize request"
+        url = f"http://127.0.0.1:{port}/mcp"
+        not_initialize = httpx.post(url, timeout=30, headers=accept, json={
+            "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "?"}}})
+        # A web page on another host that resolves to 127.0.0.1 (DNS rebinding), and one that says where it is from.
+        rebound = httpx.post(url, timeout=30, headers=accept | {"host": f"evil.example:{port}"}, json=initialize)
+        cross_origin = httpx.post(url, timeout=30, headers=accept | {"origin": "https://evil.example"}, json=initialize)
+    assert not_initialize.status_code == 400
+    assert not_initialize.json()["error"]["message"] == "Bad Request: a session starts with an initialize request"
+    assert (rebound.status_code, cross_origin.status_code) == (421, 403)
     assert not pid_file.exists() and not (tmp_path / "calls.jsonl").exists()
 
 

@@ -793,12 +793,21 @@ class HttpFront:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+        from mcp.server.transport_security import TransportSecurityMiddleware
+        from starlette.requests import Request
         from starlette.responses import JSONResponse
 
         if scope["type"] != "http":
             return
         if scope["path"].rstrip("/") != self.path:
             await JSONResponse({"error": "not found"}, status_code=404)(scope, receive, send)
+            return
+        # Host and Origin first (a web page must not reach the tools by DNS rebinding), before
+        # anything is opened for the request.
+        refused = await TransportSecurityMiddleware(self.security_settings).validate_request(
+            Request(scope, receive), is_post=scope["method"] == "POST")
+        if refused is not None:
+            await refused(scope, receive, send)
             return
         session_id = dict(scope["headers"]).get(MCP_SESSION_ID_HEADER.encode())
         if session_id is not None:
@@ -872,15 +881,27 @@ class HttpFront:
                 await transport.terminate()
 
     async def serve(self, host: str, port: int, stop: anyio.Event) -> None:
-        """Listen on `host`:`port` until `stop` is set, then end every session."""
+        """Listen on `host`:`port` until `stop` is set, then end every session. Unless set,
+        `security_settings` accepts only Host and Origin headers naming loopback or `host`."""
         import uvicorn
+        from mcp.server.transport_security import (
+            RequestBodyLimitMiddleware,
+            TransportSecuritySettings,
+        )
+
+        if self.security_settings is None:
+            names = ["127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host]
+            self.security_settings = TransportSecuritySettings(
+                enable_dns_rebinding_protection=True, allowed_hosts=[f"{name}:*" for name in names],
+                allowed_origins=[f"{scheme}://{name}:*" for name in names for scheme in ("http", "https")])
 
         class _Server(uvicorn.Server):
             @contextmanager
             def capture_signals(self) -> Iterator[None]:  # the proxy handles its signals itself
                 yield
 
-        server = _Server(uvicorn.Config(self, host=host, port=port, lifespan="off", log_config=None,
+        app = RequestBodyLimitMiddleware(self, _MAX_BODY_BYTES)
+        server = _Server(uvicorn.Config(app, host=host, port=port, lifespan="off", log_config=None,
                                         access_log=False, server_header=False, timeout_graceful_shutdown=2))
         async with anyio.create_task_group() as tg:
             self._tg = tg
@@ -895,6 +916,7 @@ class HttpFront:
 
 
 _MAX_OPENING_BYTES = 1024 * 1024  # an initialize request is small
+_MAX_BODY_BYTES = 4 * 1024 * 1024  # one client message (the SDK's default)
 
 
 async def _read_body(receive: Any, limit: int) -> bytes | None:
