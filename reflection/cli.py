@@ -128,7 +128,10 @@ app.command("score", help="Score predicted tool calls against references (JSON L
 app.command("batch", help="Reflect a dataset with resume, judge cache, progress and a report.")(batch)
 app.command("report", help="Summarise a batch output file (text table or --json).")(report)
 app.command("serve", help="Run the reflection service and the OpenAI-compatible gateway (HTTP).")(serve)
-app.command("mcp-proxy", help="Check the tool calls of an MCP server run over stdio: reflection mcp-proxy -- COMMAND ARGS...")(mcp_proxy)
+# Options end at the server's command (no `--` needed), so clients that split their own
+# command lines at `--` (the MCP Inspector) can still pass the server's options through.
+app.command("mcp-proxy", context_settings={"allow_interspersed_args": False},
+            help="Check the tool calls of an MCP server (stdio or streamable HTTP): reflection mcp-proxy -- COMMAND ARGS...")(mcp_proxy)
 app.command("calibrate", help="Calibrate thresholds on labelled calls: confusion matrices, sweeps, suggestions.")(
     calibrate_command)
 

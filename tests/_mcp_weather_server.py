@@ -1,11 +1,14 @@
 """A small MCP server for tests/test_mcp_proxy.py, run over stdio: two tools and one resource.
+With `--http PORT` it serves streamable HTTP on 127.0.0.1:PORT/mcp instead, for two minutes at most.
 
-Every `get_weather` call it executes is appended to the file named by $CALLS_LOG, so a test can
-see which calls reached the server.
+Every call it executes is appended to the file named by $CALLS_LOG, so a test can see which
+calls reached the server.
 """
 
 import json
 import os
+import sys
+import threading
 
 from mcp.server.mcpserver import MCPServer
 
@@ -40,4 +43,8 @@ def notes() -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    if "--http" in sys.argv:
+        threading.Timer(120, os._exit, (0,)).start()  # a bounded lifetime: never left running
+        server.run(transport="streamable-http", host="127.0.0.1", port=int(sys.argv[sys.argv.index("--http") + 1]))
+    else:
+        server.run()

@@ -23,7 +23,7 @@ _CONFIG_ENV = "REFLECTION_SERVE_CONFIG"
 """How `reflection serve` tells its worker processes which config file to load."""
 
 
-def _load(config: Path | None):  # noqa: ANN202 - ReflectionConfig, imported late
+def _load(config: Path | None):
     from reflection.config import load_config
 
     try:
@@ -56,7 +56,7 @@ def _require_service_extra() -> None:
         raise fail(f"the service needs the 'service' extra: pip install \"toolcall-reflection[service]\" ({exc})") from None
 
 
-def app_from_env():  # noqa: ANN201 - an ASGI app
+def app_from_env():
     """The application of one worker process: the config file named by REFLECTION_SERVE_CONFIG
     (if any), with the environment on top. Used by `reflection serve` as uvicorn's factory."""
     from reflection.cli import load_config
@@ -160,13 +160,44 @@ def _drain_refusing_supervisor() -> type:
     return DrainRefusingMultiprocess
 
 
+_MCP_CONFIG_ENV = "REFLECTION_MCP_PROXY_CONFIG"
+"""The config file of `reflection mcp-proxy` when --config is not given: for clients that take
+`--config` themselves (the MCP Inspector does), so it cannot be passed on the command line."""
+
+
+def _listen_address(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise fail(f"--listen takes HOST:PORT (e.g. 127.0.0.1:8931), not {value!r}")
+    return host, int(port)
+
+
+def _header(value: str) -> tuple[str, str]:
+    name, sep, content = value.partition(":")
+    if not sep or not name.strip():
+        raise fail(f"--header takes 'Name: value', not {value!r}")
+    return name.strip(), content.strip()
+
+
 def mcp_proxy(
-    command: list[str] = typer.Argument(..., help="The MCP server to run, after --: COMMAND ARGS..."),
-    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help="YAML config (judge:, gate:)."),
+    command: list[str] | None = typer.Argument(None, help="The MCP server to run, after --: COMMAND ARGS..."),
+    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, envvar=_MCP_CONFIG_ENV,
+                                       help=f"YAML config (judge:, gate:); or set {_MCP_CONFIG_ENV}."),
+    url: str | None = typer.Option(None, "--url", help="A remote MCP server over streamable HTTP, instead of COMMAND."),
+    header: list[str] | None = typer.Option(None, "--header", help="'Name: value' sent to --url with every request (repeatable)."),
+    listen: str | None = typer.Option(None, "--listen", help="Serve clients over streamable HTTP at http://HOST:PORT/mcp instead of stdio."),
+    insecure_no_auth: bool = typer.Option(False, "--insecure-no-auth", help="Let --listen use an address beyond loopback (no authentication)."),
+    request_timeout: float = typer.Option(30.0, "--request-timeout", min=0.1,
+                                          help="Seconds to wait for the server's answer to the proxy's own tools/list."),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
 ) -> None:
-    """Front an MCP server run over stdio: every tools/call is checked; a refused call is answered
-    with an MCP tool error whose text is the feedback. Everything else passes through."""
+    """Front an MCP server (a COMMAND run over stdio, or --url over streamable HTTP) for clients on
+    stdio (or --listen over streamable HTTP): every tools/call is checked; a refused call is
+    answered with an MCP tool error whose text is the feedback, a corrected one runs with a note
+    saying what was corrected. Everything else passes through. On stdio it exits when stdin
+    ends, on SIGINT or SIGTERM, stopping the server; the exit code is the server's when it failed
+    by itself."""
     try:
         import mcp  # noqa: F401
     except ImportError as exc:
@@ -178,9 +209,21 @@ def mcp_proxy(
     from reflection.service._logging import log_config
     from reflection.service.mcp_proxy import run_proxy
 
+    if not command and not url:
+        raise fail("no MCP server given: reflection mcp-proxy -- COMMAND ARGS..., or --url URL")
+    if command and url:
+        raise fail("give the MCP server as a command or as --url, not both")
+    address = _listen_address(listen) if listen else None
+    if address and not _is_loopback(address[0]) and not insecure_no_auth:
+        raise fail(f"the MCP proxy has no authentication, so --listen takes a loopback address; refusing {address[0]}. "
+                   "Put it behind an authenticating proxy and pass --insecure-no-auth.")
+    headers = dict(_header(h) for h in header or ())
     cfg = _load(config)
     logging.config.dictConfig(log_config(log_level))
     try:
-        anyio.run(run_proxy, command, cfg)
+        code = anyio.run(lambda: run_proxy(command or [], cfg, url=url, headers=headers or None, listen=address,
+                                           request_timeout=request_timeout))
     except OSError as exc:
-        raise fail(f"cannot start the MCP server {command[0]!r}: {exc}") from None
+        what = repr(command[0]) if command else repr(url)
+        raise fail(f"cannot start the MCP server {what}: {exc}") from None
+    raise typer.Exit(code)
