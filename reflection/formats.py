@@ -92,7 +92,11 @@ def normalize_tools(raw: Any) -> ToolInventory:
             _TEXT_INVENTORIES.put(raw, inventory)
         return inventory
     if isinstance(raw, ToolInventory):
-        return raw if all(map(_plain_text, raw.tools)) else _spec_inventory(raw.tools, raw.problems)
+        if _CHECKED.get(id(raw)) is raw:  # one this module made or already checked: no walk per call
+            return raw
+        inventory = raw if all(map(_plain_text, raw.tools)) else _spec_inventory(raw.tools, raw.problems)
+        _CHECKED.put(id(inventory), inventory)
+        return inventory
     if isinstance(raw, ToolSpec):
         return _spec_inventory((raw,))
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(t, ToolSpec) for t in raw):
@@ -120,6 +124,10 @@ def _spec_inventory(tools: tuple[ToolSpec, ...], problems: tuple[SpecProblem, ..
 
 
 _INVENTORIES = LRU()  # canonical JSON of a tool list -> its inventory
+# Inventories known to be sound, by identity (the value keeps the object alive, so its id stays its
+# own): a caller that prepares its tool list once (the MCP proxy, a service's tenant) pays per call
+# a look-up, not a walk over every tool.
+_CHECKED = LRU(1024)
 _TEXT_INVENTORIES = LRU()  # a tool list's JSON text -> its inventory
 
 

@@ -6,6 +6,7 @@ Foreign shapes (OpenAI, Anthropic, MCP, BFCL, ...) are turned into these by `ref
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -123,11 +124,16 @@ class ToolInventory(_Frozen):
     """True when no tool specs were supplied at all (the `empty_api_spec` case)."""
 
     def get(self, name: str) -> ToolSpec | None:
-        """The tool called `name`, or None."""
+        """The tool called `name` (the first, if several share it), or None."""
+        return self._by_name.get(name)
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, ToolSpec]:
+        # Built once per inventory: a list of thousands of tools is looked up on every call.
+        index: dict[str, ToolSpec] = {}
         for tool in self.tools:
-            if tool.name == name:
-                return tool
-        return None
+            index.setdefault(tool.name, tool)
+        return index
 
     def problem_for(self, name: str) -> SpecProblem | None:
         """The problem recorded for a tool called `name`, or None."""
