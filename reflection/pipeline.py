@@ -54,9 +54,8 @@ def siblings(calls: Sequence[ToolCall], index: int) -> tuple[ToolCall, ...]:
     ones, at most `_SIBLINGS`)."""
     if len(calls) <= 1:
         return ()
-    half = _SIBLINGS // 2
-    lo = max(0, min(index - half, len(calls) - 1 - _SIBLINGS))
-    return tuple(c for c in calls[lo:lo + _SIBLINGS + 1] if c is not calls[index])[:_SIBLINGS]
+    lo = max(0, min(index - _SIBLINGS // 2, len(calls) - 1 - _SIBLINGS))
+    return tuple(calls[j] for j in range(lo, min(len(calls), lo + _SIBLINGS + 1)) if j != index)[:_SIBLINGS]
 
 
 class Reflector:

@@ -18,7 +18,7 @@ TOKYO = {"id": "call_1", "type": "function", "function": {"name": "get_weather",
 
 
 def _gate(fake_judge, **policy) -> Gate:
-    return Gate(ReflectionConfig(judge=fake_judge.config), policy=GatePolicy(judge_when="ungrounded", **policy))
+    return Gate(ReflectionConfig(judge=fake_judge.config), policy=GatePolicy(**{"judge_when": "ungrounded", **policy}))
 
 
 def _ways_back(feedback: str) -> dict[str, list[dict]]:
@@ -126,3 +126,12 @@ async def test_ten_thousand_parallel_calls_are_decided_one_by_one(fake_judge):
     async with Gate() as gate:
         decisions = await gate.check(calls, TOOLS, [QUESTION])
     assert len(decisions) == 10_000 and {d.action for d in decisions} == {"allow"}
+
+
+async def test_the_judge_sees_a_bounded_neighbourhood_of_a_large_turn(fake_judge):
+    calls = [{"name": "get_weather", "arguments": {"city": f"Paris {i}"}} for i in range(40)]
+    async with _gate(fake_judge, judge_when="always") as gate:
+        decisions = await gate.check(calls, TOOLS, [QUESTION])
+    assert len(decisions) == 40 and len(fake_judge.requests) == 40
+    shown = [len(r.data["other_calls_in_same_turn"]) for r in fake_judge.requests]
+    assert set(shown) == {16}
