@@ -73,14 +73,15 @@ def _history(request: GuardrailRequest) -> list[dict[str, Any]] | None:
     return messages if isinstance(messages, list) and messages else None
 
 
-async def apply(gate: Any, request: GuardrailRequest, metrics: Any) -> dict[str, Any]:
-    """Gate the request's tool calls and answer in the Generic Guardrail API's shape."""
+async def apply(gate: Any, request: GuardrailRequest, metrics: Any, *, started: float | None = None) -> dict[str, Any]:
+    """Gate the request's tool calls and answer in the Generic Guardrail API's shape (`started`:
+    when the request arrived, for the gate's deadline)."""
     calls = request.tool_calls or []
     if not calls:
         return {"action": "NONE", "reflection": {"actions": [], "decisions": []}}
     params = request.additional_provider_specific_params or {}
     tools = request.tools if request.tools else params.get("tools")
-    decisions = await gate.check(list(calls), tools, _history(request))
+    decisions = await gate.check(list(calls), tools, _history(request), started=started)
     for decision in decisions:
         metrics.observe_decision(decision)
     refused = [d for d in decisions if d.action != "allow"]

@@ -288,7 +288,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         with `structured_messages` as the conversation. Allowed: `NONE`; otherwise `BLOCKED`
         with the feedback as `blocked_reason`."""
         body = _read_guardrail(await request.body(), max_calls)
-        answer = await _guardrail.apply(state.gate, body, metrics)
+        answer = await _guardrail.apply(state.gate, body, metrics, started=arrival(request.scope))
         return _json(answer, headers={"x-reflection-actions": ",".join(answer["reflection"]["actions"])})
 
     @app.post("/v1/chat/completions", tags=["gateway"],
