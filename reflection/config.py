@@ -95,14 +95,18 @@ def _validate_part(model: type[BaseModel], value: dict[str, Any]) -> None:
     try:
         model.model_validate(value)
     except ValidationError as exc:
-        raise ValueError(_describe_plain(exc)) from None
+        raise ValueError(_describe_plain(exc, model)) from None
 
 
-def _describe_plain(exc: ValidationError) -> str:
+def _describe_plain(exc: ValidationError, model: type[BaseModel]) -> str:
     parts = []
     for error in exc.errors():
         loc = ".".join(str(part) for part in error["loc"])
-        parts.append(f"unknown key {loc!r}" if error["type"] == "extra_forbidden" else f"{loc}: {error['msg']}")
+        if error["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(loc, list(model.model_fields), n=1) if len(error["loc"]) == 1 else []
+            parts.append(f"unknown key {loc!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        else:
+            parts.append(f"{loc}: {error['msg']}")
     return "; ".join(parts)
 
 
@@ -397,9 +401,14 @@ def _describe(exc: ValidationError) -> str:
 
 def _suggest(loc: tuple[Any, ...]) -> str:
     model: Any = ReflectionConfig
+    named = False  # the part is a name in a mapping of models (service.tenants.<name>), not a field
     for part in loc[:-1]:  # walk nested models (judge.<key>)
+        if named:
+            named = False
+            continue
         field = getattr(model, "model_fields", {}).get(part)
         annotation = getattr(field, "annotation", None)
+        named = getattr(annotation, "__origin__", None) is dict
         model = next((a for a in getattr(annotation, "__args__", (annotation,)) if hasattr(a, "model_fields")), None)
         if model is None:
             return ""
