@@ -10,6 +10,7 @@ fails, has its own stand-in judge and its own stand-in model; `nogateway` has no
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -157,6 +158,17 @@ def test_a_streamed_reply_is_gated_with_the_tenants_policy(service):
     assert names == ["delete_record"]
 
 
+def test_the_litellm_guardrail_uses_the_tenant_of_its_x_api_key(service):
+    body = {"input_type": "request", "tools": DELETE_TOOLS, "structured_messages": DELETE_HISTORY,
+            "tool_calls": [{"id": "c1", "type": "function",
+                            "function": {"name": "delete_record", "arguments": json.dumps(DELETE_CALL["arguments"])}}]}
+    answers = {name: httpx.post(service.url + "/beta/litellm_basic_guardrail_api", json=body, headers={"x-api-key": key},
+                                timeout=30).json()
+               for name, key in (("ops", OPS_KEY), ("support", SUPPORT_KEY))}
+    assert answers["ops"]["action"] == "NONE"
+    assert answers["support"]["action"] == "BLOCKED" and answers["support"]["reflection"]["actions"] == ["deny"]
+
+
 def test_a_tenant_without_an_upstream_has_no_gateway(service):
     with _openai(service, NOGATEWAY_KEY) as client, pytest.raises(openai.NotFoundError) as refused:
         client.chat.completions.create(model="deletes", messages=DELETE_HISTORY, tools=DELETE_TOOLS)
@@ -179,6 +191,28 @@ def test_each_tenants_judge_receives_only_its_tenants_requests(service, judges):
     default = httpx.post(service.url + "/v1/reflect", json={"id": "c", **row}, headers=headers(DEFAULT_KEY), timeout=30)
     assert default.status_code == 200 and default.json()["usage"]["requests"] == 0  # no top-level judge
     assert {name: judge.requests - before[name] for name, judge in judges.items()} == {"ops": 1, "support": 1}
+
+
+def test_tenants_with_the_same_judge_share_it_but_never_a_cached_reply(tmp_path):
+    with StandInJudge(idle_timeout=60) as judge:
+        same = {"base_url": judge.base_url, "model": "shared"}
+        config = {"judge": same, "service": {"api_keys": [DEFAULT_KEY], "tenants": {
+            "ops": {"api_keys": [OPS_KEY], "judge": same}, "support": {"api_keys": [SUPPORT_KEY], "judge": same}}}}
+        server = ServiceProcess(tmp_path, config).start()
+        try:
+            row = {"id": "r", "call": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
+                   "tools": TOOLS, "history": HISTORY}
+            asked = []
+            for key in (OPS_KEY, SUPPORT_KEY, DEFAULT_KEY, OPS_KEY):
+                response = httpx.post(server.url + "/v1/reflect", json=row, headers={"x-reflection-api-key": key},
+                                      timeout=30)
+                assert response.status_code == 200
+                asked.append(response.json()["usage"]["requests"])
+            # A repeated call is free for the tenant that asked it first, and only for that one.
+            assert asked == [1, 1, 1, 0]
+            assert judge.requests == 3
+        finally:
+            assert server.stop() in (0, -signal.SIGTERM)
 
 
 def test_readiness_probes_each_tenants_judge_and_upstream(service):
@@ -213,6 +247,8 @@ def test_metrics_carry_the_tenant_and_never_a_key(service):
     _gate(service, OPS_KEY, DELETE_CALL)
     _gate(service, SUPPORT_KEY, DELETE_CALL)
     _gate(service, "not-a-configured-key", DELETE_CALL)
+    with _openai(service, SUPPORT_KEY) as support:
+        support.chat.completions.create(model="deletes", messages=DELETE_HISTORY, tools=DELETE_TOOLS)
     text = httpx.get(service.url + "/metrics").text
     assert 'reflection_decisions_total{action="allow",shadow_action="",tenant="ops"}' in text
     assert 'reflection_decisions_total{action="deny",shadow_action="",tenant="support"}' in text
