@@ -179,7 +179,9 @@ def test_a_tenant_without_an_upstream_has_no_gateway(service):
 
 
 def test_each_tenants_judge_receives_only_its_tenants_requests(service, judges):
-    headers = lambda key: {"authorization": f"Bearer {key}"}  # noqa: E731
+    def headers(key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {key}"}
+
     row = {"call": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}, "tools": TOOLS, "history": HISTORY}
     before = {name: judge.requests for name, judge in judges.items()}
     ops = httpx.post(service.url + "/v1/reflect", json={"id": "a", **row}, headers=headers(OPS_KEY), timeout=30)
@@ -287,7 +289,7 @@ def test_serve_refuses_a_key_listed_in_two_tenants_without_showing_it(tmp_path):
     path = _write(tmp_path, {"service": {"tenants": {"ops": {"api_keys": [secret]},
                                                      "support": {"api_keys": ["other-key-1234", secret]}}}})
     done = subprocess.run([sys.executable, "-c", "from reflection.cli import app; app()", "serve", "--config", str(path),
-                           "--port", "0"], capture_output=True, text=True, timeout=60)
+                           "--port", "0"], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
     assert "service.tenants.ops.api_keys" in done.stderr and "service.tenants.support.api_keys" in done.stderr
     assert "exactly one tenant" in done.stderr
