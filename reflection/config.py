@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reflection._judge_config import JudgeConfig
@@ -19,6 +20,94 @@ DEFAULT_THRESHOLDS: dict[str, int] = {
     "function_selection_appropriateness": 3,
     "agentic_constraints_satisfaction": 3,
 }
+
+DEFAULT_TENANT = "default"
+"""The tenant of the keys in `service.api_keys` (and of every request when no keys are configured)."""
+
+_TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+
+
+class TenantConfig(BaseModel):
+    """One team served by `reflection serve` (YAML `service.tenants.<name>:`): its API keys, and
+    what it changes of the top-level `gate:`, `judge:` and `upstream:` for requests with those keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    api_keys: tuple[SecretStr, ...] = Field(min_length=1)
+    """The keys that authenticate as this tenant; each key belongs to exactly one tenant. Never logged."""
+    gate: dict[str, Any] = Field(default_factory=dict)
+    """Overrides of the top-level `gate:` policy, key by key (`tools` replaces the top-level rules
+    as a whole; `on_judge_failure` is merged tier by tier)."""
+    judge: JudgeConfig | None = None
+    """This tenant's judge, a whole `JudgeConfig` (not merged with the top-level one); `null`: static
+    checks only. Not given: the top-level `judge:`."""
+    upstream: dict[str, Any] | None = None
+    """Overrides of the top-level `upstream:` for this tenant's gateway requests (`base_url` is
+    required when there is no top-level upstream); `null`: no gateway for this tenant (404).
+    Not given: the top-level `upstream:`."""
+
+    @field_validator("gate", mode="before")
+    @classmethod
+    def _gate_overrides(cls, value: Any) -> Any:
+        if isinstance(value, GatePolicy):  # from Python: the fields it was given are the overrides
+            return value.model_dump(exclude_unset=True)
+        if isinstance(value, dict):
+            # Every GatePolicy field has a default, so the overrides alone must make a valid policy.
+            _validate_part(GatePolicy, value)
+        return value
+
+    @field_validator("upstream", mode="before")
+    @classmethod
+    def _upstream_overrides(cls, value: Any) -> Any:
+        if isinstance(value, UpstreamConfig):
+            return value.model_dump(exclude_unset=True)
+        if isinstance(value, dict):
+            _validate_part(UpstreamConfig, {"base_url": "http://placeholder/v1", **value})
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _no_empty_key(cls, value: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
+        if any(not key.get_secret_value() for key in value):
+            raise ValueError("an API key is empty")
+        return value
+
+    def resolve(self, name: str, base: ReflectionConfig) -> ReflectionConfig:
+        """`base` as this tenant's requests see it: its gate policy, judge and upstream applied."""
+        gate = GatePolicy.model_validate(_deep_merge(base.gate.model_dump(), self.gate))
+        update: dict[str, Any] = {"gate": gate}
+        if "judge" in self.model_fields_set:
+            update["judge"] = self.judge
+        if "upstream" in self.model_fields_set:
+            if self.upstream is None:
+                update["upstream"] = None
+            else:
+                inherited = base.upstream.model_dump() if base.upstream is not None else {}
+                merged = {**inherited, **self.upstream}
+                if "base_url" not in merged:
+                    raise ValueError(f"service.tenants.{name}.upstream: base_url is required (there is no top-level "
+                                     "upstream to take it from)")
+                update["upstream"] = UpstreamConfig.model_validate(merged)
+        return base.model_copy(update=update)
+
+
+def _validate_part(model: type[BaseModel], value: dict[str, Any]) -> None:
+    """Validate overrides of `model`, with pydantic's problems as one line (where and what)."""
+    try:
+        model.model_validate(value)
+    except ValidationError as exc:
+        raise ValueError(_describe_plain(exc, model)) from None
+
+
+def _describe_plain(exc: ValidationError, model: type[BaseModel]) -> str:
+    parts = []
+    for error in exc.errors():
+        loc = ".".join(str(part) for part in error["loc"])
+        if error["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(loc, list(model.model_fields), n=1) if len(error["loc"]) == 1 else []
+            parts.append(f"unknown key {loc!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        else:
+            parts.append(f"{loc}: {error['msg']}")
+    return "; ".join(parts)
 
 
 class ServiceConfig(BaseModel):
@@ -53,6 +142,49 @@ class ServiceConfig(BaseModel):
     """Time a request has to send its whole body once its headers arrived; then 408."""
     keep_alive_seconds: int = Field(default=5, ge=1)
     """An idle kept-alive connection is closed after this many seconds."""
+    tenants: dict[str, TenantConfig] = Field(default_factory=dict)
+    """Named teams, each with its own API keys and its own gate policy, judge and upstream
+    overrides. Keys in `api_keys` belong to the tenant `default`, which has the top-level settings.
+    Metrics and logs name the tenant, never the key."""
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenant_names(cls, value: dict[str, TenantConfig]) -> dict[str, TenantConfig]:
+        for name in value:
+            if name == DEFAULT_TENANT:
+                raise ValueError(f"the tenant name {DEFAULT_TENANT!r} is the tenant of service.api_keys; "
+                                 "choose another name")
+            if not _TENANT_NAME.fullmatch(name):
+                # Names become metric labels and log fields: keep them plain.
+                raise ValueError(f"tenant name {name[:80]!r}: use 1 to 63 letters, digits, '_', '.' or '-', "
+                                 "starting with a letter or digit")
+        return value
+
+    @model_validator(mode="after")
+    def _one_tenant_per_key(self) -> ServiceConfig:
+        # Comparing secrets with == is fine here: this runs once at load time, not per request.
+        owner: dict[str, str] = {}
+        listed = [(DEFAULT_TENANT, key) for key in self.api_keys]
+        listed += [(name, key) for name, tenant in self.tenants.items() for key in tenant.api_keys]
+        for name, key in listed:
+            secret = key.get_secret_value()
+            first = owner.get(secret)
+            if first is not None:
+                where = (f"twice in {_key_list(name)}" if first == name
+                         else f"in both {_key_list(first)} and {_key_list(name)}")
+                raise ValueError(f"an API key is listed {where}; a key belongs to exactly one tenant")
+            owner[secret] = name
+        return self
+
+    def key_tenants(self) -> list[tuple[str, str]]:
+        """Every configured key with its tenant's name: `api_keys` (tenant `default`), then each tenant's."""
+        keys = [(key.get_secret_value(), DEFAULT_TENANT) for key in self.api_keys]
+        keys += [(key.get_secret_value(), name) for name, tenant in self.tenants.items() for key in tenant.api_keys]
+        return keys
+
+
+def _key_list(tenant: str) -> str:
+    return "service.api_keys" if tenant == DEFAULT_TENANT else f"service.tenants.{tenant}.api_keys"
 
 
 class UpstreamConfig(BaseModel):
@@ -178,6 +310,13 @@ class ReflectionConfig(BaseSettings):
     """Dataset lines (JSON Lines, CSV) longer than this become error rows, so memory stays
     bounded whatever the input."""
 
+    @model_validator(mode="after")
+    def _tenants_resolve(self) -> ReflectionConfig:
+        # At load time, so that a tenant that cannot be served is a config error, not a failed start.
+        for name, tenant in self.service.tenants.items():
+            tenant.resolve(name, self)
+        return self
+
     @field_validator("checks")
     @classmethod
     def _known_checks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -262,9 +401,14 @@ def _describe(exc: ValidationError) -> str:
 
 def _suggest(loc: tuple[Any, ...]) -> str:
     model: Any = ReflectionConfig
+    named = False  # the part is a name in a mapping of models (service.tenants.<name>), not a field
     for part in loc[:-1]:  # walk nested models (judge.<key>)
+        if named:
+            named = False
+            continue
         field = getattr(model, "model_fields", {}).get(part)
         annotation = getattr(field, "annotation", None)
+        named = getattr(annotation, "__origin__", None) is dict
         model = next((a for a in getattr(annotation, "__args__", (annotation,)) if hasattr(a, "model_fields")), None)
         if model is None:
             return ""

@@ -100,8 +100,8 @@ def serve(
     from reflection.service._logging import log_config, request_logger
 
     cfg = _load(config)
-    if not cfg.service.api_keys and not _is_loopback(host) and not insecure_no_auth:
-        raise fail(f"no API keys configured (service.api_keys or REFLECTION_SERVICE__API_KEYS), so the service "
+    if not cfg.service.key_tenants() and not _is_loopback(host) and not insecure_no_auth:
+        raise fail(f"no API keys configured (service.api_keys, service.tenants or REFLECTION_SERVICE__API_KEYS), so the service "
                     f"listens only on loopback; refusing --host {host}. Configure keys, or pass --insecure-no-auth.")
     if port == 0:
         port = _free_port(host)

@@ -1,4 +1,5 @@
-"""JSON log lines on stderr: one per request (with its request id), none with keys or bodies."""
+"""JSON log lines on stderr: one per request (with its request id, and its tenant's name when
+tenants are configured), none with keys or bodies."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ __all__ = ["JsonFormatter", "log_config", "request_logger"]
 
 request_logger = logging.getLogger("reflection.service")
 
-_EXTRA_FIELDS = ("request_id", "method", "route", "status", "duration_ms", "client", "actions", "event")
+_EXTRA_FIELDS = ("request_id", "method", "route", "status", "duration_ms", "client", "actions", "tenant", "event")
 
 
 class JsonFormatter(logging.Formatter):

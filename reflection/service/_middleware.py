@@ -1,7 +1,7 @@
 """One pure ASGI middleware for the production manners of every route.
 
 Request id, bearer-key authentication (constant-time; two credentials of one kind are refused as
-ambiguous), body size limit (413) and body time limit (408), in-flight limits overall and per key
+ambiguous) naming the request's tenant, body size limit (413) and body time limit (408), in-flight limits overall and per key
 (503 with Retry-After), a deadline per request (504), a JSON error instead of a traceback for
 anything unexpected (500), metrics, and one JSON log line per request. Pure ASGI rather than
 Starlette's `BaseHTTPMiddleware`: it costs a few microseconds per request and never buffers
@@ -20,14 +20,15 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from reflection._json import dumps
+from reflection.config import DEFAULT_TENANT
 from reflection.service._logging import request_logger
 from reflection.service._metrics import Metrics
 
-__all__ = ["ARRIVED", "AUTH_HEADER", "OPEN_PATHS", "ServiceMiddleware", "arrival"]
+__all__ = ["ARRIVED", "AUTH_HEADER", "OPEN_PATHS", "TENANT", "ServiceMiddleware", "arrival"]
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 """Probes, metrics and the API description: served without a key and outside the in-flight limit."""
@@ -44,6 +45,10 @@ DEADLINE = "deadline"
 arrived: set by the server's connection protocol when it runs under `reflection serve`, else by
 this middleware. Deadlines count from it, so time spent queueing counts against them."""
 
+TENANT = "tenant"
+"""The `scope["state"]` key of the name of the request's tenant: the tenant of the key that
+authenticated it, or `default` when no keys are configured. Absent before authentication."""
+
 _CREDENTIALS = frozenset({"authorization", AUTH_HEADER, LITELLM_AUTH_HEADER})
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _QUIET = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -57,7 +62,10 @@ def arrival(scope: dict[str, Any]) -> float:
 
 
 class ServiceMiddleware:
-    """Wraps the application; see the module docstring for what it enforces."""
+    """Wraps the application; see the module docstring for what it enforces.
+
+    `key_tenants` names the tenant of each of `api_keys` (same order; default: all `default`).
+    With a tenant other than `default`, metrics and log lines carry the tenant's name."""
 
     def __init__(
         self,
@@ -71,9 +79,16 @@ class ServiceMiddleware:
         routes: Iterable[str],
         max_in_flight_per_key: int | None = None,
         body_timeout_seconds: float = 30.0,
+        key_tenants: Sequence[str] | None = None,
     ):
         self.app = app
         self.keys = [key.encode() for key in api_keys]
+        self.key_tenant = list(key_tenants) if key_tenants is not None else [DEFAULT_TENANT] * len(self.keys)
+        if len(self.key_tenant) != len(self.keys):
+            raise ValueError("key_tenants must name one tenant per API key")
+        self.tenanted = any(name != DEFAULT_TENANT for name in self.key_tenant)
+        """Whether tenants are named in metrics and logs (only when some are configured, so a
+        service without them reports exactly as before)."""
         self.max_body_bytes = max_body_bytes
         self.max_in_flight = max_in_flight
         self.deadline_seconds = deadline_seconds
@@ -114,6 +129,8 @@ class ServiceMiddleware:
                 message = {**message, "headers": out}
             await send(message)
 
+        if not self.keys:
+            state[TENANT] = DEFAULT_TENANT
         try:
             if path in OPEN_PATHS:
                 await self.app(scope, receive, send_with_id)
@@ -125,7 +142,8 @@ class ServiceMiddleware:
             await self._handle(scope, receive, send_with_id, response, scope["state"].get("key_index"))
         finally:
             elapsed = time.perf_counter() - started
-            self.metrics.observe_request(route, response["status"], elapsed)
+            tenant = state.get(TENANT) if self.tenanted and path not in OPEN_PATHS else None
+            self.metrics.observe_request(route, response["status"], elapsed, tenant or "")
             if path not in _QUIET and request_logger.isEnabledFor(logging.INFO):
                 # makeRecord + handle is `info()` without its walk up the stack for the caller's
                 # file and line, which the request line never shows.
@@ -134,6 +152,7 @@ class ServiceMiddleware:
                         "request_id": request_id, "method": scope["method"], "route": route,
                         "status": response["status"], "duration_ms": round(elapsed * 1000, 3),
                         "client": (scope.get("client") or ("", 0))[0], "actions": response["actions"],
+                        "tenant": tenant,
                     },
                 ))
 
@@ -150,7 +169,9 @@ class ServiceMiddleware:
             if found is None:
                 return 401, {"detail": "missing or invalid API key: send 'Authorization: Bearer <key>' "
                                        f"or '{AUTH_HEADER}: <key>'"}, {"www-authenticate": "Bearer"}
-            scope["state"]["auth_header"], scope["state"]["key_index"] = found
+            state = scope["state"]
+            state["auth_header"], state["key_index"] = found
+            state[TENANT] = self.key_tenant[found[1]]
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
             # The body is never read: close, so its bytes are not read and thrown away either.
@@ -220,7 +241,8 @@ class ServiceMiddleware:
                 await _send_json(send, 504, {"detail": f"the request took longer than its deadline of "
                                                        f"{self.deadline_seconds:g} s (service.deadline_seconds)"}, {})
         except Exception:  # noqa: BLE001 - a bug: answer without a traceback, log the type and message
-            request_logger.exception("unhandled error", extra={"request_id": state["request_id"]})
+            request_logger.exception("unhandled error", extra={
+                "request_id": state["request_id"], "tenant": state.get(TENANT) if self.tenanted else None})
             if not response["status"]:
                 await _send_json(send, 500, {"detail": "internal error; the service log has it under this request id",
                                              "request_id": state["request_id"]}, {})

@@ -19,13 +19,13 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reflection._json import dumps, parse_json
-from reflection.config import ReflectionConfig
+from reflection.config import DEFAULT_TENANT, ReflectionConfig
 from reflection.model import ReflectionResult
 from reflection.pipeline import Reflector, _is_parallel
 from reflection.rows import InputRow, RowError, parse_line, read_row, result_row
 from reflection.service import _guardrail
-from reflection.service._metrics import CONTENT_TYPE_LATEST, Metrics
-from reflection.service._middleware import ServiceMiddleware, arrival
+from reflection.service._metrics import CONTENT_TYPE_LATEST, Metrics, TenantMetrics
+from reflection.service._middleware import TENANT, ServiceMiddleware, arrival
 from reflection.static import check_call, check_calls
 
 __all__ = ["DecisionOut", "ResultRow", "RowIn", "create_app"]
@@ -90,18 +90,35 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+class _Tenant:
+    """What one tenant's requests are handled with: its configuration (the top-level one with the
+    tenant's overrides), gate, reflector, gateway (None without an upstream) and metrics."""
+
+    def __init__(self, config: ReflectionConfig, metrics: TenantMetrics):
+        self.config = config
+        self.metrics = metrics
+        self.gate: Any = None
+        self.reflector: Reflector | None = None
+        self.gateway: Any = None
+
+
 class _State:
-    """What one worker holds for its lifetime: the reflector, the gate, the upstream client."""
+    """What one worker holds for its lifetime: each tenant's gate, reflector and gateway, the probe client."""
 
     def __init__(self, config: ReflectionConfig, metrics: Metrics):
         self.config = config
         self.metrics = metrics
-        self.reflector: Reflector | None = None
-        self.gate: Any = None
-        self.gateway: Any = None
+        self.tenants = {DEFAULT_TENANT: _Tenant(config, metrics.for_tenant(DEFAULT_TENANT))}
+        for name, tenant in config.service.tenants.items():
+            self.tenants[name] = _Tenant(tenant.resolve(name, config), metrics.for_tenant(name))
         self.probe_client: httpx.AsyncClient | None = None
         self.ready_at = 0.0
         self.ready: tuple[bool, dict[str, str]] = (False, {})
+
+    def tenant(self, request: Request) -> _Tenant:
+        """The tenant of the key that authenticated `request` (named by `ServiceMiddleware`). Every
+        route takes its gate, reflector, gateway and metrics from here, never from another tenant."""
+        return self.tenants[request.scope["state"][TENANT]]
 
 
 async def read_json(request: Request) -> Any:
@@ -177,25 +194,43 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
     `/beta/litellm_basic_guardrail_api`, the gateway `/v1/chat/completions` (with `upstream`),
     `/healthz`, `/readyz` and `/metrics`."""
     config = config or ReflectionConfig()
-    metrics = Metrics()
+    metrics = Metrics(tenants=bool(config.service.tenants))
     state = _State(config, metrics)
     max_calls = config.service.max_calls_per_request
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from reflection._http import judge_http_client
         from reflection.gate import Gate
         from reflection.service.gateway import Gateway
 
         async with contextlib.AsyncExitStack() as stack:
-            # One judge (the gate's, with its in-memory reply cache) for the gate and /v1/reflect.
-            state.gate = await stack.enter_async_context(Gate(config))
-            state.reflector = Reflector(config, judge=state.gate.judge)
+            # Tenants whose judges have the same endpoint and client settings share its connections
+            # (the judge's max_concurrency then holds for the endpoint as a whole); gateways with the
+            # same upstream timeout share one upstream session. Each tenant keeps its own judge reply
+            # cache: a hit shows in the answer's usage, which would tell one team what another asked.
+            judge_clients: dict[tuple[str, int, float], httpx.AsyncClient] = {}
+            sessions: dict[float, Any] = {}
+            for tenant in state.tenants.values():
+                cfg = tenant.config
+                client = None
+                if cfg.judge is not None:
+                    shared = (cfg.judge.base_url, cfg.judge.max_concurrency, cfg.judge.timeout)
+                    client = judge_clients.get(shared)
+                    if client is None:
+                        client = judge_clients[shared] = await stack.enter_async_context(
+                            judge_http_client(cfg.judge.max_concurrency, cfg.judge.timeout))
+                # One judge (the gate's, with its in-memory reply cache) for the gate and /v1/reflect.
+                tenant.gate = await stack.enter_async_context(Gate(cfg, http_client=client))
+                tenant.reflector = Reflector(cfg, judge=tenant.gate.judge)
+                if cfg.upstream is not None:
+                    session = sessions.get(cfg.upstream.timeout)
+                    tenant.gateway = await stack.enter_async_context(
+                        Gateway(cfg.upstream, tenant.gate, tenant.metrics, connections=config.service.max_in_flight,
+                                max_body_bytes=config.service.max_body_bytes,
+                                max_calls=config.service.max_calls_per_request, session=session))
+                    sessions.setdefault(cfg.upstream.timeout, tenant.gateway.session)
             state.probe_client = await stack.enter_async_context(httpx.AsyncClient(timeout=2.0))
-            if config.upstream is not None:
-                state.gateway = await stack.enter_async_context(
-                    Gateway(config.upstream, state.gate, metrics, connections=config.service.max_in_flight,
-                            max_body_bytes=config.service.max_body_bytes,
-                            max_calls=config.service.max_calls_per_request))
             yield
 
     app = FastAPI(
@@ -237,14 +272,15 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         """Reflect a row (static checks, grounding, the judge when configured) into the row
         `reflection check` writes for it."""
         row = _read_row(await read_json(request), max_calls)
-        assert state.reflector is not None
+        tenant = state.tenant(request)
+        assert tenant.reflector is not None
         started = time.perf_counter()
         try:
-            results = await state.reflector.reflect(row.call, row.tools, row.history)
+            results = await tenant.reflector.reflect(row.call, row.tools, row.history)
         except (TypeError, ValueError) as exc:
             raise HTTPException(422, f"row {row.id}: cannot be reflected: {type(exc).__name__}: {exc}") from None
         items = results if isinstance(results, list) else [results]
-        metrics.observe_results(items)
+        tenant.metrics.observe_results(items)
         return _json(result_row(row.id, results, latency_ms=(time.perf_counter() - started) * 1000))
 
     @app.post("/v1/check", tags=["reflection"], openapi_extra=_ROW_BODY, response_model=ResultRow)
@@ -258,7 +294,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
             raise HTTPException(422, f"row {row.id}: cannot be checked: {type(exc).__name__}: {exc}") from None
         results = [ReflectionResult(call=s.call, static=s, warnings=s.warnings, judge_skipped=STATIC_ONLY,
                                     overall_valid=s.valid) for s in statics]
-        metrics.observe_results(results)
+        state.tenant(request).metrics.observe_results(results)
         out: ReflectionResult | list[ReflectionResult] = results if _is_parallel(row.call) else results[0]
         return _json(result_row(row.id, out, latency_ms=(time.perf_counter() - started) * 1000))
 
@@ -267,13 +303,14 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         """The gate's decision for the row's call (action, call, feedback, reason, result); for
         several calls, `{"id", "decisions": [...]}` in call order."""
         row = _read_row(await read_json(request), max_calls)
+        tenant = state.tenant(request)
         try:
-            decided = await state.gate.check(row.call, row.tools, row.history, started=arrival(request.scope))
+            decided = await tenant.gate.check(row.call, row.tools, row.history, started=arrival(request.scope))
         except (TypeError, ValueError) as exc:
             raise HTTPException(422, f"row {row.id}: cannot be gated: {type(exc).__name__}: {exc}") from None
         decisions = decided if isinstance(decided, list) else [decided]
         for decision in decisions:
-            metrics.observe_decision(decision)
+            tenant.metrics.observe_decision(decision)
         actions = ",".join(d.action for d in decisions)
         if isinstance(decided, list):
             return _json({"id": row.id, "decisions": [d.model_dump(mode="json") for d in decisions]},
@@ -288,7 +325,8 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         with `structured_messages` as the conversation. Allowed: `NONE`; otherwise `BLOCKED`
         with the feedback as `blocked_reason`."""
         body = _read_guardrail(await request.body(), max_calls)
-        answer = await _guardrail.apply(state.gate, body, metrics, started=arrival(request.scope))
+        tenant = state.tenant(request)
+        answer = await _guardrail.apply(tenant.gate, body, tenant.metrics, started=arrival(request.scope))
         return _json(answer, headers={"x-reflection-actions": ",".join(answer["reflection"]["actions"])})
 
     @app.post("/v1/chat/completions", tags=["gateway"],
@@ -302,18 +340,21 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         """OpenAI-compatible gateway: forwards to `upstream.base_url` and gates every tool call in
         the reply (allow, modify, reflect with bounded re-asks, deny, escalate). Requests without
         tools pass through untouched; upstream errors come back unchanged."""
-        if state.gateway is None:
+        gateway = state.tenant(request).gateway
+        if gateway is None:
             raise HTTPException(404, "no upstream configured: set upstream.base_url in the config to use the gateway")
         raw = await request.body()
-        return await state.gateway.handle(raw, request.headers, request.scope.get("state", {}))
+        return await gateway.handle(raw, request.headers, request.scope.get("state", {}))
 
     routes = [route.path for route in app.routes]  # type: ignore[attr-defined]
     service = config.service
     hot = {"/v1/check": check_route, "/v1/chat/completions": chat_completions, "/v1/gate": gate_route,
            "/v1/reflect": reflect_route, _guardrail.PATH: litellm_guardrail}
+    keys = service.key_tenants()
     return ServiceMiddleware(
         _HotRoutes(app, hot),
-        api_keys=[key.get_secret_value() for key in service.api_keys],
+        api_keys=[key for key, _ in keys],
+        key_tenants=[name for _, name in keys],
         max_body_bytes=service.max_body_bytes,
         max_in_flight=service.max_in_flight,
         max_in_flight_per_key=service.max_in_flight_per_key,
@@ -353,7 +394,9 @@ class _HotRoutes:
 
 
 async def _readiness(state: _State) -> tuple[bool, dict[str, str]]:
-    """Config loaded (this process is up) and every configured endpoint answering HTTP at all."""
+    """Config loaded (this process is up) and every configured endpoint answering HTTP at all:
+    `judge` and `upstream` for the top-level settings, `judge[<tenant>]` and `upstream[<tenant>]`
+    for a tenant's own."""
     checks = {"config": "loaded"}
     targets = {}
     if state.config.judge is not None:
@@ -364,6 +407,12 @@ async def _readiness(state: _State) -> tuple[bool, dict[str, str]]:
         targets["upstream"] = state.config.upstream.base_url
     else:
         checks["upstream"] = "not configured (no gateway)"
+    for name, tenant in state.tenants.items():
+        if name == DEFAULT_TENANT:
+            continue
+        for kind, endpoint in (("judge", tenant.config.judge), ("upstream", tenant.config.upstream)):
+            if endpoint is not None and endpoint is not getattr(state.config, kind):
+                targets[f"{kind}[{name}]"] = endpoint.base_url
     assert state.probe_client is not None
     ok = True
 
