@@ -457,3 +457,75 @@ def test_rows_of_an_odd_shape_are_shown_as_far_as_they_go():
     dom = Dom(batch_report_html([odd]))
     assert len(dom.having("tr", "failing")) == 1
     assert "static_x" in " ".join(dom.text)
+
+
+# --- the score report's thresholds -------------------------------------------------------------
+
+
+def score_rows():
+    base = {"tool_call_equivalence": 1.0, "binary_tool_call": 1.0, "error": None, "judge_error": None}
+    return [{"id": "paraphrase", **base, "response_rouge_l": 0.8, "response_meteor": 0.7},
+            {"id": "off-topic", **base, "response_rouge_l": 0.2, "response_meteor": 0.6},
+            {"id": "wrong-call", **base, "tool_call_equivalence": 0.5, "response_rouge_l": 1.0,
+             "response_meteor": 1.0}]
+
+
+def score_page_of(rows, thresholds=None) -> Dom:
+    summary, page = ScoreSummary(wordnet=None), ScoreHtmlReport("p.jsonl", thresholds)
+    for row in rows:
+        summary.add(row)
+        page.add(row)
+    return Dom(page.render(summary.to_dict()))
+
+
+def test_text_metrics_fail_below_their_threshold_not_below_one():
+    dom = score_page_of(score_rows())
+    assert len(dom.having("tr", "failing")) == 2  # off-topic (ROUGE-L 0.2) and wrong-call, not the paraphrase
+    text = " ".join(" ".join(dom.text).split())
+    assert "paraphrase" not in text and "response_rouge_l 0.200 (below 0.5)" in text
+    assert "tool_call_equivalence 0.500 (below 1)" in text
+    bars = {a["data-name"]: a for a in dom.having("g", "bar-row")}
+    assert "(1/3)" in text and set(bars) >= {"response_rouge_l", "response_meteor"}
+    assert "response_rouge_l 0.667 0.5 1 3" in text  # the table: mean, threshold, rows below, rows
+    assert "response_meteor 0.767 0.5 0 3" in text
+
+
+def test_score_thresholds_are_configurable():
+    dom = score_page_of(score_rows(), {"response_rouge_l": 0.9, "tool_call_equivalence": 0.5})
+    text = " ".join(" ".join(dom.text).split())
+    assert len(dom.having("tr", "failing")) == 2  # paraphrase (0.8 < 0.9) and off-topic; not wrong-call
+    assert "response_rouge_l 0.800 (below 0.9)" in text and "wrong-call" not in text
+
+
+def test_a_threshold_for_an_unknown_metric_is_refused():
+    with pytest.raises(ValueError, match=r"unknown metrics \['rouge'\]"):
+        ScoreHtmlReport(thresholds={"rouge": 0.5})
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        ScoreHtmlReport(thresholds={"response_meteor": 2})
+
+
+def test_score_html_reads_its_thresholds_from_the_config(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("score_thresholds:\n  response_rouge_l: 0.99\n  response_meteor: 0.0\n", encoding="utf-8")
+    page = tmp_path / "score.html"
+    args = ["score", str(EXAMPLES / "scoring" / "predictions.jsonl"), "--references",
+            str(EXAMPLES / "scoring" / "references.jsonl"), "-o", str(tmp_path / "rows.jsonl"), "--html", str(page)]
+    result = CliRunner().invoke(score_app(), [*args, "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(" ".join(Dom(page.read_text()).text).split())
+    assert "response_rouge_l" in text and "(below 0.99)" in text and "response_meteor 0.937 0 0 3" in text
+    config.write_text("score_thresholds:\n  rouge: 0.5\n", encoding="utf-8")
+    result = CliRunner().invoke(score_app(), [*args, "--config", str(config)])
+    assert result.exit_code == 2 and "score_thresholds for unknown metrics ['rouge']" in result.stderr
+
+
+def test_the_score_thresholds_setting_keeps_the_defaults_it_does_not_name(monkeypatch):
+    from reflection.config import DEFAULT_SCORE_THRESHOLDS, ReflectionConfig
+
+    assert ReflectionConfig().score_thresholds == DEFAULT_SCORE_THRESHOLDS == {"response_rouge_l": 0.5,
+                                                                               "response_meteor": 0.5}
+    monkeypatch.setenv("REFLECTION_SCORE_THRESHOLDS", '{"response_meteor": 0.3}')
+    assert ReflectionConfig().score_thresholds == {"response_rouge_l": 0.5, "response_meteor": 0.3}
+    monkeypatch.delenv("REFLECTION_SCORE_THRESHOLDS")
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        ReflectionConfig(score_thresholds={"response_meteor": 1.5})

@@ -69,7 +69,7 @@ def score(
     from rich.console import Console
 
     from reflection.batch.html import ScoreHtmlReport, write_html
-    from reflection.scoring.files import ScoreSummary
+    from reflection.scoring.files import ScoreSummary, metric_thresholds
 
     warnings_to_stderr()
     cfg = load_config(config, base_url=base_url, model=model)
@@ -80,7 +80,9 @@ def score(
     summary = ScoreSummary(judge=cfg.judge is not None, wordnet=cfg.wordnet)
     if html_out is not None and not html_out.parent.is_dir():  # found out now, not after scoring every row
         raise ValueError(f"cannot write the HTML report: no folder {str(html_out.parent)!r}")
-    page = ScoreHtmlReport(predictions) if html_out is not None else None
+    # Unknown metric names in score_thresholds are a user error even without --html.
+    thresholds = metric_thresholds(cfg.score_thresholds)
+    page = ScoreHtmlReport(predictions, thresholds) if html_out is not None else None
     out = open_text_output(output) if output else sys.stdout
     try:
         # A judge endpoint that cannot answer (JudgeFatalError) stops at the first such error;
