@@ -373,7 +373,11 @@ def test_every_plot_marks_its_suggested_threshold():
 
 
 def test_a_line_with_no_value_at_any_threshold_says_why_in_its_legend():
-    observations = [observation("v1", True, **{HAL: 5}), observation("v2", True, **{HAL: 2})]
+    def valid(rid, score):  # labelled for the check, as passing it
+        return Observation(row=LabeledRow(rid, {}, True, {HAL: True}),
+                           static_passed=dict.fromkeys(STATIC_CHECKS, True), scores={HAL: ((score, 0.9),)})
+
+    observations = [valid("v1", 5), valid("v2", 2)]
     _, lines = plotted(calibrate(observations, ReflectionConfig(checks=[HAL])))[HAL]
     assert "recall: undefined (no invalid call labelled)" in lines
     assert "false-block rate" in lines and "precision" in lines
