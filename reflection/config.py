@@ -74,12 +74,15 @@ class UpstreamConfig(BaseModel):
 
 
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
-
-DEFAULT_SCORE_THRESHOLDS: dict[str, float] = {"response_rouge_l": 0.5, "response_meteor": 0.5}
-"""`reflection score`'s report: a row fails a text metric below these (0-1). ROUGE-L and METEOR
-measure word overlap, so a right answer in other words scores well below 1; every other
-metric fails below 1.0 unless `score_thresholds` says otherwise."""
 """The default longest dataset line read (64 MiB)."""
+
+DEFAULT_SCORE_THRESHOLDS: dict[str, float] = {"response_exact_match": 0.0, "response_rouge_l": 0.5,
+                                               "response_meteor": 0.5}
+"""`reflection score`'s report: a row fails a text metric below these (0-1). ROUGE-L and METEOR
+measure word overlap, so a right answer in other words scores well below 1 (0.5, as DeepEval's
+metrics default to); exact match is shown but fails no row (0: off), since ROUGE-L
+and METEOR already catch a wrong answer. Every other metric fails below 1.0 (exact) unless
+`score_thresholds` says otherwise."""
 
 
 class ConfigError(ValueError):

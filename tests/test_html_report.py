@@ -419,7 +419,7 @@ def test_the_rendered_score_report_has_its_bars_histograms_and_rows(score_page, 
     assert console == []
     dom = Dom(dom_text)
     static = Dom(score_page.read_text())
-    assert len(dom.having("rect", "bar")) == len(static.having("g", "bar-row")) >= 10
+    assert len(dom.having("rect", "bar")) == len(static.having("g", "bar-row")) >= 9  # exact match: no bar
     assert len(dom.having("rect", "bin")) == 5 * len(dom.having("figure", "hist"))
     rows = dom.having("tr", "failing")
     assert rows and not [r for r in rows if "hidden" in r]
@@ -463,7 +463,8 @@ def test_rows_of_an_odd_shape_are_shown_as_far_as_they_go():
 
 
 def score_rows():
-    base = {"tool_call_equivalence": 1.0, "binary_tool_call": 1.0, "error": None, "judge_error": None}
+    base = {"tool_call_equivalence": 1.0, "binary_tool_call": 1.0, "response_exact_match": 0.0, "error": None,
+            "judge_error": None}
     return [{"id": "paraphrase", **base, "response_rouge_l": 0.8, "response_meteor": 0.7},
             {"id": "off-topic", **base, "response_rouge_l": 0.2, "response_meteor": 0.6},
             {"id": "wrong-call", **base, "tool_call_equivalence": 0.5, "response_rouge_l": 1.0,
@@ -488,6 +489,23 @@ def test_text_metrics_fail_below_their_threshold_not_below_one():
     assert "(1/3)" in text and set(bars) >= {"response_rouge_l", "response_meteor"}
     assert "response_rouge_l 0.667 0.5 1 3" in text  # the table: mean, threshold, rows below, rows
     assert "response_meteor 0.767 0.5 0 3" in text
+    assert "response_exact_match 0.000 off - 3" in text  # shown, but a paraphrase fails no row for it
+    assert "response_exact_match" not in bars
+
+
+def test_a_scored_rows_error_is_its_reason_not_an_error_row():
+    rows = [{"id": "wrong-tool", "tool_call_equivalence": 0.0, "execution_success": 0.0,
+             "error": "called 'web_search' instead", "judge_error": None},
+            {"id": "unjoined", "tool_call_equivalence": None, "error": "no reference has id 'unjoined'",
+             "judge_error": None}]
+    dom = score_page_of(rows)
+    text = " ".join(" ".join(dom.text).split())
+    assert "reason called 'web_search' instead" in text
+    assert "error no reference has id 'unjoined'" in text
+    assert notes(dom)[next(a["data-check"] for a in dom.having("g", "bar-row")
+                           if a["data-name"] == "tool_call_equivalence")].startswith("Showing the 1 row")
+    options = [t for t in dom.text if t.startswith("error (")]
+    assert options == ["error (1)"]  # only the row that could not be scored
 
 
 def test_score_thresholds_are_configurable():
@@ -513,7 +531,7 @@ def test_score_html_reads_its_thresholds_from_the_config(tmp_path):
     result = CliRunner().invoke(score_app(), [*args, "--config", str(config)])
     assert result.exit_code == 0, result.output
     text = " ".join(" ".join(Dom(page.read_text()).text).split())
-    assert "response_rouge_l" in text and "(below 0.99)" in text and "response_meteor 0.937 0 0 3" in text
+    assert "response_rouge_l" in text and "(below 0.99)" in text and "response_meteor 0.937 off - 3" in text
     config.write_text("score_thresholds:\n  rouge: 0.5\n", encoding="utf-8")
     result = CliRunner().invoke(score_app(), [*args, "--config", str(config)])
     assert result.exit_code == 2 and "score_thresholds for unknown metrics ['rouge']" in result.stderr
@@ -522,10 +540,11 @@ def test_score_html_reads_its_thresholds_from_the_config(tmp_path):
 def test_the_score_thresholds_setting_keeps_the_defaults_it_does_not_name(monkeypatch):
     from reflection.config import DEFAULT_SCORE_THRESHOLDS, ReflectionConfig
 
-    assert ReflectionConfig().score_thresholds == DEFAULT_SCORE_THRESHOLDS == {"response_rouge_l": 0.5,
-                                                                               "response_meteor": 0.5}
+    assert ReflectionConfig().score_thresholds == DEFAULT_SCORE_THRESHOLDS == {
+        "response_exact_match": 0.0, "response_rouge_l": 0.5, "response_meteor": 0.5}
     monkeypatch.setenv("REFLECTION_SCORE_THRESHOLDS", '{"response_meteor": 0.3}')
-    assert ReflectionConfig().score_thresholds == {"response_rouge_l": 0.5, "response_meteor": 0.3}
+    assert ReflectionConfig().score_thresholds == {"response_exact_match": 0.0, "response_rouge_l": 0.5,
+                                                   "response_meteor": 0.3}
     monkeypatch.delenv("REFLECTION_SCORE_THRESHOLDS")
     with pytest.raises(ValueError, match="between 0 and 1"):
         ReflectionConfig(score_thresholds={"response_meteor": 1.5})

@@ -339,7 +339,11 @@ class ScoreHtmlReport:
         usage = row.get("judge_usage")
         if isinstance(usage, Mapping) and usage.get("requests") and usage.get("cost_usd") is not None:
             self.costs.append(float(usage["cost_usd"]))
-        problems = [(key, str(row[key])) for key in ("error", "judge_error") if row.get(key)]
+        # A scored row's `error` is the evaluator's reason the call is wrong, shown with its
+        # metrics; only a row with no score at all is an error row.
+        scored = any(row.get(key) is not None for key in self.keys)
+        problems = [(key, str(row[key])) for key in ("error", "judge_error")
+                    if row.get(key) and not (key == "error" and scored)]
         if not (below or problems):
             return
 
@@ -347,6 +351,8 @@ class ScoreHtmlReport:
             expected, predicted = row.get("expected_tool"), row.get("predicted_tool")
             label = f"expected {expected or '-'}, predicted {predicted or '-'}"
             details = [(key, _clip(message), []) for key, message in problems]
+            if scored and row.get("error"):
+                details.append(("reason", _clip(str(row["error"])), []))
             details += [(key, f"{float(row[key]):.3f} (below {self.thresholds[key]:g})", []) for key in below]
             return _Row(str(row.get("id")), label, below + [key for key, _ in problems], details)
 
@@ -370,9 +376,12 @@ class ScoreHtmlReport:
         judge = summary.get("judge") or {}
         if not judge.get("configured"):
             notes.append("No judge was configured: the judged metrics are empty.")
+        def gated(key: str) -> bool:  # a threshold of 0 fails no row: the metric is shown, not gated
+            return self.thresholds.get(key, 0.0) > 0
+
         table = [(key, "-" if stats.get("mean") is None else f"{stats['mean']:.3f}",
-                  f"{self.thresholds[key]:g}" if key in self.thresholds else "-",
-                  f"{self.below[key]:,}" if stats.get("n") else "-", f"{stats.get('n', 0):,}")
+                  f"{self.thresholds[key]:g}" if gated(key) else "off",
+                  f"{self.below[key]:,}" if stats.get("n") and gated(key) else "-", f"{stats.get('n', 0):,}")
                  for key, stats in metrics.items()]
         scored = [key for key in self.keys if (metrics.get(key) or {}).get("n")]
         return _render(_Page(
@@ -380,7 +389,7 @@ class ScoreHtmlReport:
             table_title="Each metric over the rows it applies to",
             table_head=("metric", "mean", "threshold", "rows below", "rows"), table=table,
             bars_title="Rows below the threshold per metric",
-            bars=[(key, self.below[key], metrics[key]["n"]) for key in scored],
+            bars=[(key, self.below[key], metrics[key]["n"]) for key in scored if gated(key)],
             distributions_title="Distribution of each score, in rows",
             distributions=[(key, list(zip(("0-.2", ".2-.4", ".4-.6", ".6-.8", ".8-1"), self.bins[key], strict=True)))
                            for key in scored],
