@@ -97,6 +97,8 @@ def test_the_filter_keys_of_a_row_name_the_checks_it_fails():
     keys = {a.get("data-check"): None for a in dom.having("g", "bar-row")}
     options = {a["value"] for t, a in dom.elements if t == "option" and a.get("value")}
     assert set(keys) <= options
+    links = [a["href"] for t, a in dom.elements if t == "a"]
+    assert links == [f"#check={key}" for key in keys]  # each bar's label opens the rows filtered to it
     row_keys = [set(a["data-checks"].split()) for a in dom.having("tr", "failing")]
     assert all(keys_ <= options | {""} for keys_ in row_keys)
     assert len({k for ks in row_keys for k in ks}) == 3  # hallucination, missing parameter, error

@@ -113,7 +113,9 @@ class _Listing:
             what = "failing row" if total == 1 else "failing rows"
         else:
             total, listed = self.by_check[check], self.listed[check]
-            what = f"{'row' if total == 1 else 'rows'} failing {name or check}"
+            rows = "row" if total == 1 else "rows"
+            what = {"error": f"error {rows}", "judge_error": f"{rows} with a judge error"}.get(
+                check, f"{rows} failing {name or check}")
         if total == 0:
             return f"No {what}."
         if listed == total:
@@ -436,9 +438,11 @@ def _bar_chart(bars: list[tuple[str, int, int]], filters: dict[str, str]) -> str
         rate = failed / total if total else 0.0
         bar_w = max(rate * chart_w, 1.5 if failed else 0)
         tone = "bad" if rate >= 0.25 else "warn" if rate > 0 else "good"
+        key = _e(filters.get(name, ""))
+        # The label is a link to the failing rows filtered to the check.
         parts.append(
-            f'<g class="bar-row" data-check="{_e(filters.get(name, ""))}" data-name="{_e(name)}">'
-            f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end" class="label">{_e(_clip(name, 44))}</text>'
+            f'<g class="bar-row" data-check="{key}" data-name="{_e(name)}"><a href="#check={key}">'
+            f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end" class="label">{_e(_clip(name, 44))}</text></a>'
             f'<rect x="{label_w}" y="{y + 4}" width="{chart_w}" height="{row_h - 8}" class="track"/>'
             f'<rect x="{label_w}" y="{y + 4}" width="{bar_w:.1f}" height="{row_h - 8}" class="bar {tone}">'
             f'<title>{_e(name)}: {failed:,} of {total:,} rows</title></rect>'
@@ -524,15 +528,16 @@ table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:5px 10px
 vertical-align:top}th{background:var(--bg);font-weight:600}td.num,th.num{text-align:right;
 font-variant-numeric:tabular-nums}svg text{font:12px system-ui,sans-serif;fill:var(--fg)}svg .muted{fill:var(--muted)}
 svg.bars{max-width:100%;height:auto}
-.track{fill:var(--bg)}.bar.good{fill:var(--good)}.bar.warn{fill:var(--warn)}.bar.bad{fill:var(--bad)}
+svg a text{fill:var(--accent);text-decoration:underline}.track{fill:var(--bg)}.bar.good{fill:var(--good)}.bar.warn{fill:var(--warn)}.bar.bad{fill:var(--bad)}
 .bin{fill:var(--accent)}.hists{display:flex;flex-wrap:wrap;gap:18px}.hist{margin:0;border:1px solid var(--line);
 border-radius:8px;padding:8px}.hist figcaption{font-weight:600;font-size:12px;margin-bottom:2px}
 .axis{fill:var(--muted)}.count{font-size:11px}.muted{color:var(--muted)}.empty{color:var(--muted);font-style:italic}
 .filter{margin:8px 0 12px}select{font:inherit;padding:3px 6px}.rows td.id{font-family:ui-monospace,monospace;
-word-break:break-all;width:16%}.rows td.calls{width:34%}.call{margin:2px 0;word-break:break-word}
-.call code{font-family:ui-monospace,monospace;font-size:12px;background:var(--bg);border-radius:4px;padding:0 4px}
-.call .kind{display:inline-block;min-width:84px;font-size:12px;color:var(--muted)}
-.call.correction .kind,.call.judge .kind{color:var(--good)}.call .muted{margin-left:88px;font-size:12px}.rows ul{margin:0;padding-left:16px}.rows li{margin:2px 0;word-break:break-word}
+word-break:break-all;width:16%}.rows td.calls{width:36%}
+.call{display:grid;grid-template-columns:84px minmax(0,1fr);column-gap:6px;margin:2px 0}
+.call code{font-family:ui-monospace,monospace;font-size:12px;background:var(--bg);border-radius:4px;padding:0 4px;
+word-break:break-word}.call .kind{font-size:12px;color:var(--muted);padding-top:1px}
+.call.correction .kind,.call.judge .kind{color:var(--good)}.call .muted{grid-column:2;font-size:12px}.rows ul{margin:0;padding-left:16px}.rows li{margin:2px 0;word-break:break-word}
 .tag{display:inline-block;font-family:ui-monospace,monospace;font-size:12px;background:#ddf4ff;color:#0550ae;
 border-radius:4px;padding:0 5px}.status{font-weight:600}.status.invalid{color:var(--bad)}
 .status.error,.status.unknown{color:var(--warn)}.evidence q{display:block;color:var(--muted);font-style:italic;
@@ -552,10 +557,14 @@ function apply(){
     r.hidden=key?r.getAttribute('data-checks').split(' ').indexOf(key)<0:r.getAttribute('data-all')!=='1';});
   if(shown&&select&&select.selectedIndex>=0){shown.textContent=select.options[select.selectedIndex].getAttribute('data-note');}
 }
-if(select){
+function fromAddress(){
   var m=/^#check=(.+)$/.exec(window.location.hash);
-  if(m){select.value=decodeURIComponent(m[1]);if(select.selectedIndex<0){select.value='';}}
+  if(select&&m){select.value=decodeURIComponent(m[1]);if(select.selectedIndex<0){select.value='';}}
+}
+if(select){
+  fromAddress();
   select.addEventListener('change',apply);
+  window.addEventListener('hashchange',function(){fromAddress();apply();select.scrollIntoView();});
 }
 apply();
 document.body.setAttribute('data-ready','1');
