@@ -120,8 +120,10 @@ class _Listing:
             return f"No {what}."
         if listed == total:
             return f"Showing {'the' if total == 1 else 'all'} {total:,} {what}."
+        hint = " Choose a check (or click its name in the chart) for its own rows." if check is None else ""
         return (f"Showing the first {listed:,} of {total:,} {what}; {total - listed:,} more "
-                f"{'is' if total - listed == 1 else 'are'} counted but not listed (at most {MAX_ROWS:,} per view).")
+                f"{'is' if total - listed == 1 else 'are'} counted but not listed (at most {MAX_ROWS:,} per view)."
+                + hint)
 
 
 @dataclass
