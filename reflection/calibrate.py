@@ -531,17 +531,19 @@ def calibrate(
 
 # Each line has its own colour, line style and marker, and is slightly transparent, so lines
 # that coincide (precision and recall are often equal) stay visible one over the other.
-_LINES = (
-    ("precision", dict(color="#0969da", linestyle="-", marker="o", markersize=8, linewidth=2.2, zorder=3)),
-    ("recall", dict(color="#cf222e", linestyle="--", marker="s", markersize=6, linewidth=1.8, zorder=4,
-                    markerfacecolor="none", markeredgewidth=1.6)),
-    ("false-block rate", dict(color="#bf8700", linestyle=":", marker="^", markersize=6, linewidth=1.8, zorder=5)),
+_LINES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("precision", {"color": "#0969da", "linestyle": "-", "marker": "o", "markersize": 8, "linewidth": 2.2,
+                   "zorder": 3}),
+    ("recall", {"color": "#cf222e", "linestyle": "--", "marker": "s", "markersize": 6, "linewidth": 1.8, "zorder": 4,
+                "markerfacecolor": "none", "markeredgewidth": 1.6}),
+    ("false-block rate", {"color": "#bf8700", "linestyle": ":", "marker": "^", "markersize": 6, "linewidth": 1.8,
+                          "zorder": 5}),
 )
 _ALPHA = 0.8
 UNDEFINED_LABEL = "precision undefined (nothing blocked)"
+"""The legend label of the bands where precision has no value: no call was blocked."""
 _NEVER_DEFINED = {"precision": "nothing blocked at any threshold", "recall": "no invalid call labelled",
                   "false-block rate": "no valid call labelled"}
-"""The legend label of the bands where precision has no value: no call was blocked."""
 
 
 def calibration_figures(report: CalibrationReport) -> dict[str, Any]:
@@ -569,7 +571,7 @@ def calibration_figures(report: CalibrationReport) -> dict[str, Any]:
             if all(v is None for v in values[label]):  # nothing to draw: say why instead of a bare legend entry
                 label = f"{label}: undefined ({_NEVER_DEFINED[label]})"
             axes.plot(xs, [math.nan if v is None else v for v in values[label.split(":")[0]]], label=label,
-                      alpha=_ALPHA, **style)  # type: ignore[arg-type]
+                      alpha=_ALPHA, **style)
         undefined = [x for x, v in zip(xs, values["precision"], strict=True) if v is None]
         for i, x in enumerate(undefined):
             axes.axvspan(x - 0.4, x + 0.4, color="#8c959f", alpha=0.15, hatch="//", linewidth=0,

@@ -1,6 +1,7 @@
 """The self-contained HTML report (`reflection report --html`, `reflection score --html`): its
 content and escaping, then the page in a real browser (headless Chromium, Debian's `chromium`)."""
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -184,7 +185,7 @@ def test_one_failure_in_601_rows_is_less_than_one_percent_not_zero():
         report.add(batch_row(f"ok{i}", valid=True))
     report.add(batch_row("bad", static_failed=["non_existent_function"]))
     dom = Dom(report.render())
-    texts = [t for t in dom.text if t.endswith("% ") or t.endswith("%")]
+    texts = [t for t in dom.text if t.endswith(("% ", "%"))]
     assert "<1% " in texts and "0% " in texts  # the failing check, and the check nobody fails
     assert "(1/601)" in dom.text
     cards = " ".join(dom.text)
@@ -242,7 +243,7 @@ def test_five_and_six_digit_counts_fit_inside_their_charts():
     (_, hist), = [(svg, texts) for svg, texts in svgs if "distribution" in (svg.get("aria-label") or "")]
     counts = [(x, text) for x, _, text, kind in hist if kind == "count"]
     assert ("61,729" in [t for _, t in counts]) and ("61,728" in [t for _, t in counts])
-    for (x1, t1), (x2, t2) in zip(counts, counts[1:]):
+    for (x1, t1), (x2, t2) in itertools.pairwise(counts):
         assert x2 - x1 >= (len(t1) + len(t2)) * 7 / 2  # neighbouring counts do not overlap
 
 

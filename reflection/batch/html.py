@@ -185,8 +185,9 @@ class BatchHtmlReport:
             return
 
         def make() -> _Row:
-            label = "error" if "error" in row else {False: "invalid", True: "valid"}.get(row.get("overall_valid"),
-                                                                                         "unknown")
+            verdict = row.get("overall_valid")
+            label = ("error" if "error" in row else "valid" if verdict is True else "invalid" if verdict is False
+                     else "unknown")
             return _Row(str(row.get("id")), label, failed + (["error"] if errors else []),
                         _batch_details(row, errors), _batch_calls(row))
 
@@ -354,7 +355,7 @@ class ScoreHtmlReport:
         def make() -> _Row:
             expected, predicted = row.get("expected_tool"), row.get("predicted_tool")
             label = f"expected {expected or '-'}, predicted {predicted or '-'}"
-            details = [(key, _clip(message), []) for key, message in problems]
+            details: list[tuple[str, str, list[str]]] = [(key, _clip(message), []) for key, message in problems]
             if scored and row.get("error"):
                 details.append(("reason", _clip(str(row["error"])), []))
             details += [(key, f"{float(row[key]):.3f} (below {self.thresholds[key]:g})", []) for key in below]
@@ -369,7 +370,7 @@ class ScoreHtmlReport:
         cards = [("rows", f"{summary.get('rows', 0):,}", ""),
                  ("overall", "-" if overall is None else f"{overall:.3f} {summary.get('interpretation')}",
                   {"Excellent": "good", "Good": "good", "Fair": "warn", "Poor": "bad"}.get(
-                      summary.get("interpretation"), "")),
+                      str(summary.get("interpretation")), "")),
                  ("error rows", f"{summary.get('error_rows', 0):,}", "warn" if summary.get("error_rows") else ""),
                  ("no call", f"{summary.get('no_call', 0):,}", ""),
                  ("unknown tool", f"{summary.get('unknown_tool', 0):,}", "")]
@@ -383,10 +384,11 @@ class ScoreHtmlReport:
         def gated(key: str) -> bool:  # a threshold of 0 fails no row: the metric is shown, not gated
             return self.thresholds.get(key, 0.0) > 0
 
-        table = [(key, "-" if stats.get("mean") is None else f"{stats['mean']:.3f}",
-                  f"{self.thresholds[key]:g}" if gated(key) else "off",
-                  f"{self.below[key]:,}" if stats.get("n") and gated(key) else "-", f"{stats.get('n', 0):,}")
-                 for key, stats in metrics.items()]
+        table: list[tuple[str, ...]] = [
+            (str(key), "-" if stats.get("mean") is None else f"{stats['mean']:.3f}",
+             f"{self.thresholds[key]:g}" if gated(key) else "off",
+             f"{self.below[key]:,}" if stats.get("n") and gated(key) else "-", f"{stats.get('n', 0):,}")
+            for key, stats in metrics.items()]
         scored = [key for key in self.keys if (metrics.get(key) or {}).get("n")]
         return _render(_Page(
             title="reflection score", source=self.source, cards=cards,
