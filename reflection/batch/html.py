@@ -66,8 +66,6 @@ class _Row:
     rid: str
     label: str
     """Short status: "invalid", "error", or the tools for a score row."""
-    checks: list[str]
-    """The checks (or metrics) it fails; the filter keys."""
     details: list[tuple[str, str, list[str]]]
     """(check, message, evidence quotes) lines."""
     calls: list[tuple[str, str, str]] = field(default_factory=list)
@@ -75,7 +73,8 @@ class _Row:
     in_all: bool = False
     """Listed when no check is chosen (one of the first `MAX_ROWS` failing rows)."""
     listed: list[str] = field(default_factory=list)
-    """The checks under whose filter the row is listed (those with fewer than `MAX_ROWS` listed before it)."""
+    """The checks (or metrics) under whose filter the row is listed: those it fails that had
+    fewer than `MAX_ROWS` rows listed before it. The filter keys of its table row."""
 
 
 class _Listing:
@@ -188,8 +187,7 @@ class BatchHtmlReport:
             verdict = row.get("overall_valid")
             label = ("error" if "error" in row else "valid" if verdict is True else "invalid" if verdict is False
                      else "unknown")
-            return _Row(str(row.get("id")), label, failed + (["error"] if errors else []),
-                        _batch_details(row, errors), _batch_calls(row))
+            return _Row(str(row.get("id")), label, _batch_details(row, errors), _batch_calls(row))
 
         # A row invalid with no failing check named (say, a --flat row) is still listed.
         self.listing.add(failed + (["error"] if errors else []), make)
@@ -359,7 +357,7 @@ class ScoreHtmlReport:
             if scored and row.get("error"):
                 details.append(("reason", _clip(str(row["error"])), []))
             details += [(key, f"{float(row[key]):.3f} (below {self.thresholds[key]:g})", []) for key in below]
-            return _Row(str(row.get("id")), label, below + [key for key, _ in problems], details)
+            return _Row(str(row.get("id")), label, details)
 
         self.listing.add(below + [key for key, _ in problems], make)
 
