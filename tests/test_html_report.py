@@ -551,3 +551,15 @@ def test_the_score_thresholds_setting_keeps_the_defaults_it_does_not_name(monkey
     monkeypatch.delenv("REFLECTION_SCORE_THRESHOLDS")
     with pytest.raises(ValueError, match="between 0 and 1"):
         ReflectionConfig(score_thresholds={"response_meteor": 1.5})
+
+
+@NEEDS_CHROMIUM
+def test_a_malformed_or_unknown_check_in_the_address_shows_every_row_without_errors(batch_page, tmp_path):
+    static = Dom(batch_page.read_text())
+    for fragment in ("#check=%E0%A4%A", "#check=nothing-like-it"):
+        dom_text, console = chromium(batch_page, tmp_path / f"profile{len(fragment)}", "--dump-dom", fragment=fragment)
+        assert console == []
+        dom = Dom(dom_text)
+        shown = [r for r in dom.having("tr", "failing") if "hidden" not in r]
+        assert len(shown) == len([r for r in static.having("tr", "failing") if r["data-all"] == "1"]) > 0
+        assert notes(static)[""] in dom.text

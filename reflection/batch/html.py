@@ -561,7 +561,8 @@ function apply(){
 }
 function fromAddress(){
   var m=/^#check=(.+)$/.exec(window.location.hash);
-  if(select&&m){select.value=decodeURIComponent(m[1]);if(select.selectedIndex<0){select.value='';}}
+  if(select&&m){try{select.value=decodeURIComponent(m[1]);}catch(e){select.value='';}
+    if(select.selectedIndex<0){select.value='';}}
 }
 if(select){
   fromAddress();
