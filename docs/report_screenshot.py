@@ -45,7 +45,7 @@ def main() -> None:
         text = page.read_text(encoding="utf-8").replace(str(out), "out.jsonl")  # no temporary path in the picture
         page.write_text(text, encoding="utf-8")
         # Open it filtered to the hallucination check, to show judge explanations in the failing rows.
-        key = re.search(r'<option value="(c\d+)">semantic_general_hallucination_check</option>', text)
+        key = re.search(r'data-check="(c\d+)" data-name="semantic_general_hallucination_check"', text)
         address = page.as_uri() + (f"#check={key.group(1)}" if key else "")
         subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                         "--disable-component-update", "--disable-sync", "--no-first-run",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ __all__ = [
     "Observation",
     "SweepRow",
     "calibrate",
+    "calibration_figures",
     "observe",
     "read_labeled",
     "write_plots",
@@ -527,37 +529,99 @@ def calibrate(
 # --- plots ----------------------------------------------------------------------------------
 
 
-def write_plots(report: CalibrationReport, directory: str | Path) -> list[Path]:
-    """One PNG per metric with a sweep: threshold against precision and recall (and the
-    false-block rate) at the suggested confidence cut-off. Needs matplotlib (`toolcall-reflection[plots]`)."""
+# Each line has its own colour, line style and marker, and is slightly transparent, so lines
+# that coincide (precision and recall are often equal) stay visible one over the other.
+_LINES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("precision", {"color": "#0969da", "linestyle": "-", "marker": "o", "markersize": 8, "linewidth": 2.2,
+                   "zorder": 3}),
+    ("recall", {"color": "#cf222e", "linestyle": "--", "marker": "s", "markersize": 6, "linewidth": 1.8, "zorder": 4,
+                "markerfacecolor": "none", "markeredgewidth": 1.6}),
+    ("false-block rate", {"color": "#bf8700", "linestyle": ":", "marker": "^", "markersize": 6, "linewidth": 1.8,
+                          "zorder": 5}),
+)
+_ALPHA = 0.8
+UNDEFINED_LABEL = "precision undefined (nothing blocked)"
+"""The legend label of the bands where precision has no value: no call was blocked."""
+_NEVER_DEFINED = {"precision": "nothing blocked at any threshold", "recall": "no invalid call labelled",
+                  "false-block rate": "no valid call labelled"}
+
+
+def calibration_figures(report: CalibrationReport) -> dict[str, Any]:
+    """One matplotlib `Figure` per metric with a sweep (`overall_valid`, then each labelled judge
+    check): threshold against precision, recall and false-block rate at the suggested
+    confidence cut-off, with the suggested threshold marked. Where nothing is blocked,
+    precision is undefined: its line has a gap there and the threshold is shaded, never drawn
+    as 0. Needs matplotlib (`toolcall-reflection[plots]`)."""
     try:
         from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
     except ImportError as exc:
         raise ImportError("--plots needs matplotlib: pip install 'toolcall-reflection[plots]'") from exc
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     cutoff = report.uncertain_below or 0.0
-    written = []
+    figures: dict[str, Any] = {}
     for name, metric in report.metrics.items():
         rows = [row for row in metric.sweep if math.isclose(row.confidence_cutoff, cutoff)]
         if not rows:
             continue
-        figure = Figure(figsize=(5, 3.5), dpi=100)
+        figure = Figure(figsize=(5.6, 4.2), dpi=100, layout="constrained")
         axes = figure.add_subplot()
         xs = [row.threshold for row in rows]
-        for label, values, style in (("precision", [row.precision for row in rows], "o-"),
-                                     ("recall", [row.recall for row in rows], "s-"),
-                                     ("false-block rate", [row.false_block_rate for row in rows], "^--")):
-            axes.plot(xs, [math.nan if v is None else v for v in values], style, label=label)
-        suggested = metric.suggested_threshold
-        if isinstance(suggested, int):
-            axes.axvline(suggested, color="grey", linestyle=":", label=f"suggested ({suggested})")
+        values = {"precision": [row.precision for row in rows], "recall": [row.recall for row in rows],
+                  "false-block rate": [row.false_block_rate for row in rows]}
+        for label, style in _LINES:
+            if all(v is None for v in values[label]):  # nothing to draw: say why instead of a bare legend entry
+                label = f"{label}: undefined ({_NEVER_DEFINED[label]})"
+            axes.plot(xs, [math.nan if v is None else v for v in values[label.split(":")[0]]], label=label,
+                      alpha=_ALPHA, **style)
+        undefined = [x for x, v in zip(xs, values["precision"], strict=True) if v is None]
+        for i, x in enumerate(undefined):
+            axes.axvspan(x - 0.4, x + 0.4, color="#8c959f", alpha=0.15, hatch="//", linewidth=0,
+                         label=UNDEFINED_LABEL if i == 0 else None)
+        for x, label in _suggested_lines(name, metric.suggested_threshold):
+            axes.axvline(x, color="#1f2328", linestyle=(0, (1, 2)), linewidth=1.4, zorder=2, label=label)
         axes.set_xticks(list(THRESHOLDS))
+        axes.set_xlim(min(THRESHOLDS) - 0.5, max(THRESHOLDS) + 0.5)
         axes.set_ylim(-0.05, 1.05)
+        axes.grid(True, alpha=0.25)
         axes.set_xlabel("threshold (same for every judge check)" if name == "overall_valid" else "threshold")
         axes.set_title(f"{name} (confidence cut-off {cutoff:g})", fontsize=9)
-        axes.legend(fontsize=7, loc="best")
-        figure.tight_layout()
+        # Below the plot, so it never covers a line; long labels (the checks of a suggestion) wrap.
+        handles, labels = axes.get_legend_handles_labels()
+        labels = [textwrap.fill(label, 48) for label in labels]
+        columns = 1 if max(map(len, labels)) > 40 else 2
+        axes.legend(handles, labels, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False,
+                    ncol=columns)
+        # A taller figure for a longer legend, so the plot itself keeps its height.
+        legend_lines = sum(label.count("\n") + 1 for label in labels) / columns
+        figure.set_size_inches(5.6, 3.3 + 0.15 * legend_lines)
+        figures[name] = figure
+    return figures
+
+
+def _suggested_lines(name: str, suggested: int | dict[str, Any] | None) -> list[tuple[int, str]]:
+    """Where to mark the suggestion: (threshold, legend label). For `overall_valid` the
+    suggestion is one threshold per judge check; a line marks each distinct one, naming its checks."""
+    if isinstance(suggested, int):
+        return [(suggested, f"suggested threshold ({suggested})")]
+    thresholds = (suggested or {}).get("thresholds") if name == "overall_valid" else None
+    if not isinstance(thresholds, Mapping) or not thresholds:
+        return []
+    by_value: dict[int, list[str]] = {}
+    for check, value in thresholds.items():
+        by_value.setdefault(int(value), []).append(str(check))
+    if len(by_value) == 1:
+        (value,) = by_value
+        return [(value, f"suggested threshold ({value}, every judge check)")]
+    return [(value, f"suggested {value}: " + ", ".join(checks)) for value, checks in sorted(by_value.items())]
+
+
+def write_plots(report: CalibrationReport, directory: str | Path) -> list[Path]:
+    """Write `calibration_figures(report)` as `<metric>.png` files in `directory`; the paths
+    written. Needs matplotlib (`toolcall-reflection[plots]`)."""
+    figures = calibration_figures(report)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, figure in figures.items():
         path = directory / f"{name}.png"
         figure.savefig(path)
         written.append(path)

@@ -208,6 +208,14 @@ class UpstreamConfig(BaseModel):
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 """The default longest dataset line read (64 MiB)."""
 
+DEFAULT_SCORE_THRESHOLDS: dict[str, float] = {"response_exact_match": 0.0, "response_rouge_l": 0.5,
+                                               "response_meteor": 0.5}
+"""`reflection score`'s report: a row fails a text metric below these (0-1). ROUGE-L and METEOR
+measure word overlap, so a right answer in other words scores well below 1 (0.5, as DeepEval's
+metrics default to); exact match is shown but fails no row (0: off), since ROUGE-L
+and METEOR already catch a wrong answer. Every other metric fails below 1.0 (exact) unless
+`score_thresholds` says otherwise."""
+
 
 class ConfigError(ValueError):
     """A configuration that cannot be used: unreadable or malformed YAML, an unknown key, a bad value.
@@ -306,6 +314,9 @@ class ReflectionConfig(BaseSettings):
     wordnet: Path | None = None
     """A WordNet database directory for METEOR's synonyms in `reflection score` (also
     `REFLECTION_WORDNET`); unset: NLTK's data path, then Debian's /usr/share/wordnet."""
+    score_thresholds: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_SCORE_THRESHOLDS))
+    """`reflection score --html`: metric -> the value (0-1) below which a row fails it and is
+    listed; over the defaults (`DEFAULT_SCORE_THRESHOLDS`; 1.0 for metrics not named)."""
     max_line_bytes: int = Field(default=DEFAULT_MAX_LINE_BYTES, ge=1)
     """Dataset lines (JSON Lines, CSV) longer than this become error rows, so memory stays
     bounded whatever the input."""
@@ -335,6 +346,15 @@ class ReflectionConfig(BaseSettings):
         if bad:
             raise ValueError(f"thresholds must be between 1 and 5, got {bad}")
         return {**DEFAULT_THRESHOLDS, **value}
+
+    @field_validator("score_thresholds")
+    @classmethod
+    def _merge_score_thresholds(cls, value: dict[str, float]) -> dict[str, float]:
+        # Metric names are checked by `reflection.scoring`, which owns them (a higher layer).
+        bad = {k: v for k, v in value.items() if not 0 <= v <= 1}
+        if bad:
+            raise ValueError(f"score_thresholds must be between 0 and 1, got {bad}")
+        return {**DEFAULT_SCORE_THRESHOLDS, **value}
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> ReflectionConfig:

@@ -291,3 +291,99 @@ def test_a_report_that_is_the_labelled_file_through_a_hard_link_is_refused(tmp_p
     result = runner.invoke(app, ["calibrate", str(labelled_file), "-o", str(link)])
     assert result.exit_code == 2 and "is the input file" in result.stderr
     assert labelled_file.read_bytes() == before
+
+
+# --- the plots: what is drawn, read back from the matplotlib objects ---------------------------
+
+
+def plotted(report):
+    """metric -> (axes, {label: Line2D}) of each calibration figure."""
+    pytest.importorskip("matplotlib", reason="the plots extra (matplotlib) is not installed")
+    from reflection.calibrate import calibration_figures
+
+    out = {}
+    for name, figure in calibration_figures(report).items():
+        (axes,) = figure.axes
+        out[name] = (axes, {line.get_label(): line for line in axes.get_lines()})
+    return out
+
+
+def few_blocks_report():
+    """A check that blocks nothing at thresholds 1 to 3 (every score is 3 or more)."""
+    def invalid(rid, score):
+        return Observation(row=LabeledRow(rid, {}, False, {HAL: False}),
+                           static_passed=dict.fromkeys(STATIC_CHECKS, True), scores={HAL: ((score, 0.9),)})
+
+    observations = [observation("v1", True, **{HAL: 5}), observation("v2", True, **{HAL: 3}),
+                    invalid("i1", 3), invalid("i2", 4)]
+    return calibrate(observations, ReflectionConfig(checks=[HAL], thresholds={HAL: 4}))
+
+
+def test_undefined_precision_is_a_gap_and_a_shaded_band_never_zero():
+    import math
+
+    from reflection.calibrate import UNDEFINED_LABEL
+
+    report = few_blocks_report()
+    sweep = [row for row in report.metrics[HAL].sweep if row.confidence_cutoff == 0.0]
+    undefined = [row.threshold for row in sweep if row.precision is None]
+    assert undefined == [1, 2, 3]  # nothing scores below 3: nothing blocked
+    axes, lines = plotted(report)[HAL]
+    xs, ys = list(lines["precision"].get_xdata()), list(lines["precision"].get_ydata())
+    assert xs == [row.threshold for row in sweep]
+    for x, y, row in zip(xs, ys, sweep):
+        assert math.isnan(y) if row.precision is None else y == row.precision
+    bands = [p for p in axes.patches if p.get_label() == UNDEFINED_LABEL]
+    assert len(bands) == 1 and len(axes.patches) == len(undefined)  # one band per threshold, one legend entry
+    centres = sorted(p.get_x() + p.get_width() / 2 for p in axes.patches)  # axvspan draws a Rectangle
+    assert [round(c, 6) for c in centres] == undefined
+    legend = [t.get_text() for t in axes.get_legend().get_texts()]
+    assert UNDEFINED_LABEL in legend
+
+
+def test_the_lines_differ_in_style_and_marker_and_let_the_others_show_through():
+    axes, lines = plotted(few_blocks_report())[HAL]
+    drawn = [lines[name] for name in ("precision", "recall", "false-block rate")]
+    assert len({(line.get_linestyle(), line.get_marker()) for line in drawn}) == 3
+    assert all(line.get_alpha() is not None and line.get_alpha() < 1 for line in drawn)
+    assert len({line.get_markersize() for line in drawn}) >= 2  # a smaller marker sits inside a larger one
+    assert lines["recall"].get_markerfacecolor() == "none"  # hollow: the precision marker shows through
+    legend = axes.get_legend()
+    assert legend.get_bbox_to_anchor().y0 < axes.get_window_extent().y0  # below the plot, covering no line
+
+
+def test_every_plot_marks_its_suggested_threshold():
+    a, b = "general_hallucination_check", "function_selection_appropriateness"
+    observations = [observation("v1", True, **{a: 2, b: 5}), observation("v2", True, **{a: 5, b: 2}),
+                    observation("v3", True, **{a: 5, b: 5}), observation("v4", True, **{a: 5, b: 5}),
+                    observation("i1", False, **{a: 2, b: 5}), observation("i2", False, **{a: 5, b: 2}),
+                    observation("i3", False, **{a: 2, b: 2})]
+    report = calibrate(observations, ReflectionConfig(checks=[a, b], thresholds={a: 3, b: 3}), max_false_block=0.25)
+    figures = plotted(report)
+    assert set(figures) == {"overall_valid", a, b}
+    for name in (a, b):
+        _, lines = figures[name]
+        t = report.thresholds[name]
+        (marker,) = [line for label, line in lines.items() if label.startswith("suggested")]
+        assert list(marker.get_xdata()) == [t, t] and marker.get_label() == f"suggested threshold ({t})"
+    _, lines = figures["overall_valid"]
+    marks = {label: line for label, line in lines.items() if label.startswith("suggested")}
+    assert sorted({line.get_xdata()[0] for line in marks.values()}) == sorted(set(report.thresholds.values()))
+    assert all(any(check in label for label in marks) for check in (a, b))  # each line names its checks
+
+
+def test_a_line_with_no_value_at_any_threshold_says_why_in_its_legend():
+    def valid(rid, score):  # labelled for the check, as passing it
+        return Observation(row=LabeledRow(rid, {}, True, {HAL: True}),
+                           static_passed=dict.fromkeys(STATIC_CHECKS, True), scores={HAL: ((score, 0.9),)})
+
+    observations = [valid("v1", 5), valid("v2", 2)]
+    _, lines = plotted(calibrate(observations, ReflectionConfig(checks=[HAL])))[HAL]
+    assert "recall: undefined (no invalid call labelled)" in lines
+    assert "false-block rate" in lines and "precision" in lines
+
+
+def test_one_suggested_threshold_for_every_check_is_one_line_on_the_overall_plot():
+    _, lines = plotted(few_blocks_report())["overall_valid"]
+    marks = [label for label in lines if label.startswith("suggested")]
+    assert len(marks) == 1 and marks[0].endswith("every judge check)")

@@ -23,8 +23,8 @@ from rich.text import Text
 from reflection._terminal import plain
 from reflection.batch._output import iter_output_rows, semantic_checks
 
-__all__ = ["BatchReport", "ReportBuilder", "FailingCheck", "ErrorReason", "format_cost", "read_report", "render_report",
-           "row_problems"]
+__all__ = ["BatchReport", "ReportBuilder", "FailingCheck", "ErrorReason", "format_cost", "format_share", "read_report",
+           "render_report", "row_problems"]
 
 _EXAMPLES = 3
 _TOP = 10
@@ -273,6 +273,21 @@ def format_cost(usd: float | None) -> str:
     return "unknown" if usd is None else f"${usd:,.4f}"
 
 
+def format_share(part: int, whole: int, decimals: int = 0) -> str:
+    """`part` of `whole` as a percentage for people: never "0%" for a non-zero part nor "100%"
+    for less than the whole (1 in 601 is "<1%", 600 in 601 is ">99%")."""
+    if whole <= 0:
+        return "-"
+    text = f"{part / whole:.{decimals}%}"
+    zero, full = f"{0:.{decimals}%}", f"{1:.{decimals}%}"
+    step = f"{10.0 ** -decimals:.{decimals}f}"
+    if part > 0 and text == zero:
+        return f"<{step}%"
+    if part < whole and text == full:
+        return f">{100 - 10.0 ** -decimals:.{decimals}f}%"
+    return text
+
+
 def _fmt_ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f} ms"
 
@@ -283,7 +298,7 @@ def render_report(report: BatchReport, console: Console | None = None) -> None:
     n = report.rows
 
     def share(k: int) -> str:
-        return f"{k:,} ({k / n:.1%})" if n else "0"
+        return f"{k:,} ({format_share(k, n, 1)})" if n else "0"
 
     console.print(f"[bold]{n:,} rows[/bold]: {share(report.valid)} valid, {share(report.invalid)} invalid, "
                   f"{share(report.unknown)} unknown, {share(report.error)} error"

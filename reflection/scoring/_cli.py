@@ -69,7 +69,7 @@ def score(
     from rich.console import Console
 
     from reflection.batch.html import ScoreHtmlReport, write_html
-    from reflection.scoring.files import ScoreSummary
+    from reflection.scoring.files import ScoreSummary, metric_thresholds
 
     warnings_to_stderr()
     cfg = load_config(config, base_url=base_url, model=model)
@@ -80,7 +80,9 @@ def score(
     summary = ScoreSummary(judge=cfg.judge is not None, wordnet=cfg.wordnet)
     if html_out is not None and not html_out.parent.is_dir():  # found out now, not after scoring every row
         raise ValueError(f"cannot write the HTML report: no folder {str(html_out.parent)!r}")
-    page = ScoreHtmlReport(predictions) if html_out is not None else None
+    # Unknown metric names in score_thresholds are a user error even without --html.
+    thresholds = metric_thresholds(cfg.score_thresholds)
+    page = ScoreHtmlReport(predictions, thresholds) if html_out is not None else None
     out = open_text_output(output) if output else sys.stdout
     try:
         # A judge endpoint that cannot answer (JudgeFatalError) stops at the first such error;
@@ -138,7 +140,7 @@ def _table(data: dict[str, Any]) -> Table:
     table.add_column("n", justify="right")
     for name, stats in data["metrics"].items():
         mean = "-" if stats["mean"] is None else f"{stats['mean']:.3f}"
-        table.add_row(name, mean, str(stats["n"]))
+        table.add_row(name, mean, f"{stats['n']:,}")
     table.add_section()
     overall = data["overall_score"]
     weights = data["weights"]
@@ -146,18 +148,18 @@ def _table(data: dict[str, Any]) -> Table:
         weights["tool_selection_accuracy"], weights["parameter_accuracy"],
         weights["execution_success"], weights["response_quality"])
     table.add_row(label, "-" if overall is None else f"{overall:.3f} {data['interpretation']}", "")
-    table.add_row("rows", str(data["rows"]), "")
-    table.add_row("error rows", str(data["error_rows"]), "")
-    table.add_row("no call when one was expected", str(data["no_call"]), "")
-    table.add_row("call to a tool not in the inventory", str(data["unknown_tool"]), "")
+    table.add_row("rows", f"{data['rows']:,}", "")
+    table.add_row("error rows", f"{data['error_rows']:,}", "")
+    table.add_row("no call when one was expected", f"{data['no_call']:,}", "")
+    table.add_row("call to a tool not in the inventory", f"{data['unknown_tool']:,}", "")
     if data["meteor_synonyms"] is not None:
         table.add_row("METEOR synonyms (WordNet)", "on" if data["meteor_synonyms"] else "off", "")
     notes = []
     judge = data["judge"]
     if judge["configured"]:
-        table.add_row("rows with a judge error", str(judge["error_rows"]), "")
-        table.add_row("judge requests", str(judge["requests"]), "")
-        table.add_row("judge tokens (prompt / completion)", f"{judge['prompt_tokens']} / {judge['completion_tokens']}", "")
+        table.add_row("rows with a judge error", f"{judge['error_rows']:,}", "")
+        table.add_row("judge requests", f"{judge['requests']:,}", "")
+        table.add_row("judge tokens (prompt / completion)", f"{judge['prompt_tokens']:,} / {judge['completion_tokens']:,}", "")
         table.add_row("judge cost (USD)", "unknown" if judge["cost_usd"] is None else f"{judge['cost_usd']:.4f}", "")
         if judge["cost_usd"] is None:
             notes.append("judge cost unknown: no price for the judge model (set judge.prices in the config)")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from reflection._json import parse_json
+from reflection.config import DEFAULT_SCORE_THRESHOLDS
 from reflection.formats import normalize_history
 from reflection.judge import Judge, JudgeError
 from reflection.model import JudgeUsage, ToolCall
@@ -53,7 +54,7 @@ from reflection.scoring.trajectory import (
     trajectory_from_messages,
 )
 
-__all__ = ["JUDGED_KEYS", "SCORE_KEYS", "ScoreSummary", "ascore_files", "score_files", "score_row"]
+__all__ = ["JUDGED_KEYS", "SCORE_KEYS", "ScoreSummary", "ascore_files", "metric_thresholds", "score_files", "score_row"]
 
 SCORE_KEYS: tuple[str, ...] = (
     "tool_call_equivalence",
@@ -77,6 +78,24 @@ JUDGED_KEYS: tuple[str, ...] = (
 """The metric keys that need a judge, after `SCORE_KEYS` in an output row; null without one.
 `trajectory_match` is the reference-based trajectory score, set when `tool_selection_judged`
 is: `trajectory_correctness` is then the minimum of the two."""
+
+
+
+def metric_thresholds(overrides: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Every metric key's threshold for the score report: a row below it fails the metric.
+    1.0 (exact) by default, `DEFAULT_SCORE_THRESHOLDS` for the text metrics, then `overrides`
+    (a config's `score_thresholds`). ValueError names an unknown metric or a value outside 0-1."""
+    overrides = dict(overrides or {})
+    unknown = sorted(str(key) for key in overrides if key not in SCORE_KEYS + JUDGED_KEYS)
+    if unknown:
+        raise ValueError(f"score_thresholds for unknown metrics {unknown}; choose from {list(SCORE_KEYS + JUDGED_KEYS)}")
+    bad = {key: value for key, value in overrides.items()
+           if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1}
+    if bad:
+        raise ValueError(f"score_thresholds must be numbers between 0 and 1, got {bad}")
+    return {**dict.fromkeys(SCORE_KEYS + JUDGED_KEYS, 1.0), **DEFAULT_SCORE_THRESHOLDS,
+            **{key: float(value) for key, value in overrides.items()}}
+
 
 _ARGUMENTS: tuple[Literal["input_parameters"]] = ("input_parameters",)
 _PREDICTION_KEYS = ("tool_calls", "tool_call", "call", "prediction")
