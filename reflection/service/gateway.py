@@ -756,7 +756,7 @@ def _secrets(headers: Mapping[str, str], out_headers: Mapping[str, str]) -> list
     """The keys in play on this request (the client's and the upstream's), to redact from what the upstream says."""
     found = []
     for value in (headers.get("authorization"), headers.get(AUTH_HEADER), headers.get("x-api-key"),
-                  out_headers.get("authorization")):
+                  out_headers.get("authorization"), out_headers.get("x-api-key")):
         if value:
             token = value.partition(" ")[2] if value.lower().startswith("bearer ") else value
             if len(token.strip()) >= 8:
