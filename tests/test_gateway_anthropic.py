@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("fastapi")
 anthropic = pytest.importorskip("anthropic")
 
+from _fixed_upstream import FixedUpstream  # noqa: E402
 from _service_support import ServiceProcess  # noqa: E402
 
 from reflection.testing.upstream import StandInModel  # noqa: E402
@@ -145,12 +146,10 @@ def test_upstream_errors_reach_the_client_unchanged(client):
 
 
 def test_a_block_the_gateway_cannot_check_is_removed(tmp_path):
-    from test_gateway_responses import _FixedUpstream
-
     reply = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "stop_reason": "tool_use",
              "content": [{"type": "future_tool_use", "id": "x", "name": "delete_file", "input": {"path": "/"}}],
              "usage": {"input_tokens": 1, "output_tokens": 1}}
-    with _FixedUpstream(reply) as up:
+    with FixedUpstream(reply) as up:
         server = ServiceProcess(tmp_path, {"upstream": {"base_url": up, "anthropic_base_url": up}}).start()
         try:
             data = httpx.post(server.url + "/v1/messages", timeout=30, json={

@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 
+from _fixed_upstream import FixedUpstream  # noqa: E402
 from _service_support import ServiceProcess  # noqa: E402
 
 from reflection.testing.server import StandInJudge  # noqa: E402
@@ -152,7 +153,7 @@ def test_an_item_the_gateway_cannot_check_is_removed(tmp_path):
              "action": {"type": "exec", "command": ["rm", "-rf", "/"], "env": {}}}
     reply = {"id": "resp_1", "object": "response", "status": "completed", "model": "m",
              "output": [shell], "usage": None}
-    with _FixedUpstream(reply) as up:
+    with FixedUpstream(reply) as up:
         server = ServiceProcess(tmp_path, {"upstream": {"base_url": up}}).start()
         try:
             data = httpx.post(server.url + "/v1/responses", timeout=30, json={
@@ -287,35 +288,3 @@ def test_the_agents_sdk_streamed_runs_only_checked_calls(gateway):
     assert asyncio.run(run()) == "It will be sunny in Paris."
     assert seen and all(call == {"city": "Paris", "days": 2} for call in seen)
 
-
-class _FixedUpstream:
-    """An upstream that answers every POST with one fixed JSON reply (a shape the stand-in never sends)."""
-
-    def __init__(self, reply: dict):
-        self.reply = reply
-
-    def __enter__(self) -> str:
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        body = json.dumps(self.reply).encode()
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                self.rfile.read(int(self.headers.get("content-length") or 0))
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
