@@ -107,8 +107,11 @@ def cpu_seconds(pid: int) -> float:
 
 def start_service(tmp: Path, upstream: str, workers: int, root: Path = ROOT,
                   name: str = "service") -> tuple[subprocess.Popen[bytes], str]:
-    config = tmp / "config.yaml"
-    config.write_text(json.dumps({"upstream": {"base_url": upstream, "anthropic_base_url": upstream}}))  # JSON is YAML
+    config = tmp / f"{name}.yaml"
+    settings = {"base_url": upstream}
+    if name != "baseline":  # an older checkout may not know the Anthropic upstream; it is measured on chat only
+        settings["anthropic_base_url"] = upstream
+    config.write_text(json.dumps({"upstream": settings}))  # JSON is YAML
     log = tmp / f"{name}.log"
     with log.open("wb") as err:
         process = subprocess.Popen([sys.executable, "-c", "from reflection.cli import app; app()", "serve",
