@@ -190,6 +190,8 @@ def test_a_streamed_hallucinated_call_is_replaced_by_the_reasked_one(client):
     names = [e.item.name for e in events if e.type == "response.output_item.added" and e.item.type == "function_call"]
     assert names == ["get_weather"]
     assert _calls(events[-1].response) == [("get_weather", {"city": "Paris", "days": 2})]
+    # The upstream keeps the conversation under the re-ask's id: previous_response_id continues from there.
+    assert events[-1].response.id != events[0].response.id
 
 
 def test_a_streamed_call_that_stays_refused_becomes_a_message(client):

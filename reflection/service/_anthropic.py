@@ -62,7 +62,13 @@ DIALECT = ANTHROPIC
 
 async def answer(call: Call, raw: bytes) -> Response:
     """Answer one `POST /v1/messages` with tools (plain or streamed)."""
-    from reflection.service.gateway import add_usage, downstream, report, report_headers, unchanged
+    from reflection.service.gateway import (
+        add_usage,
+        downstream,
+        report,
+        report_headers,
+        unchanged,
+    )
 
     gateway = call.gateway
     response = await gateway.send(gateway.url_for(DIALECT), raw, {**call.headers, "content-type": "application/json"})

@@ -21,6 +21,8 @@
   consistent `output_index` and `sequence_number`; the terminal event carries the final output
   and the `reflection` field. An event the gateway cannot read, one for an item never announced,
   or a stream that ends without a terminal event ends with an `error` event: no call passes.
+- After a re-ask the response carries the last re-ask's id: the upstream keeps the conversation
+  under it, so a later `previous_response_id` continues from the turn the client got.
 - `previous_response_id`: the upstream keeps the conversation; the gate gets it from memory.
   Every response this gateway relays is remembered (the request's input items and the output
   the client got, per client credentials, within `upstream.response_memory_bytes`, oldest
@@ -116,7 +118,13 @@ async def answer(call: Call, raw: bytes) -> Response:
     response = await gateway.send(gateway.url_for(dialect), raw, {**call.headers, "content-type": "application/json"})
     if isinstance(response, Response):
         return response
-    from reflection.service.gateway import add_usage, downstream, report, report_headers, unchanged
+    from reflection.service.gateway import (
+        add_usage,
+        downstream,
+        report,
+        report_headers,
+        unchanged,
+    )
 
     if response.status != 200:
         status, headers = response.status, response.headers
@@ -137,6 +145,7 @@ async def answer(call: Call, raw: bytes) -> Response:
     if said.calls or said.removed:
         turns.append(await gateway.settle(dialect, said, call.body, call.headers, call.secrets, call.started,
                                           [gateway.upstream.max_reflect_rounds]))
+        _continue_from(data, turns[0])
         data["output"] = _final_output(_passed(said.turn), turns[0], data.get("id"))
     out = report(turns)
     add_usage(data, turns)
@@ -145,6 +154,14 @@ async def answer(call: Call, raw: bytes) -> Response:
     _remember(call, dialect, data, len(raw) + len(body))
     return Response(body, status_code=200, headers={**downstream(upstream_headers), **report_headers(out)},
                     media_type="application/json")
+
+
+def _continue_from(response: dict[str, Any], turn: Turn) -> None:
+    """After a re-ask the response takes the last re-ask's id: the upstream stored the conversation
+    (the refused calls, what the gate said, the new calls) under it, so a `previous_response_id`
+    naming it continues from the turn the client got, with the call ids the client holds."""
+    if turn.reply_id is not None:
+        response["id"] = turn.reply_id
 
 
 def _passed(output: Any) -> list[Any]:
@@ -336,6 +353,8 @@ async def _finish(call: Call, dialect: ResponsesDialect, state: _Held, data: dic
     if said.calls or said.removed:
         turn = await gateway.settle(dialect, said, call.body, call.headers, call.secrets, call.started,
                                     [gateway.upstream.max_reflect_rounds])
+    final = dict(final)
+    _continue_from(final, turn)
     notes = _note_item(turn, final.get("id"))
     position = len(state.passed)
     for item in ([notes] if notes else []):

@@ -40,14 +40,16 @@ import aiohttp
 import anyio
 from starlette.responses import Response, StreamingResponse
 
-from reflection._json import dumps, parse_json_keeping
+from reflection._json import parse_json_keeping
 from reflection.config import UpstreamConfig
 from reflection.model import _plain
 from reflection.service._dialects import (
+    ANTHROPIC,
     CHAT,
     UNREADABLE,
     Dialect,
     Refused,
+    ResponsesDialect,
     Said,
     identity,
     lenient,
@@ -61,7 +63,12 @@ from reflection.service._dialects import (
     reply_text,
     usage_sum,
 )
-from reflection.service._middleware import ARRIVED, AUTH_HEADER, DEADLINE, LITELLM_AUTH_HEADER
+from reflection.service._middleware import (
+    ARRIVED,
+    AUTH_HEADER,
+    DEADLINE,
+    LITELLM_AUTH_HEADER,
+)
 from reflection.service._sse import Event, StreamTooLarge, events
 
 __all__ = ["Call", "Gateway", "Turn", "add_usage", "downstream", "error_event", "report", "report_headers", "unchanged"]
@@ -76,6 +83,8 @@ _NOT_UPSTREAM = _HOP_BY_HOP | {"authorization", AUTH_HEADER, "accept-encoding", 
 # What the client gets from the gateway only: its own report, cookies, transport security and CORS.
 _GATEWAY_OWNED = frozenset({"set-cookie", "set-cookie2", "strict-transport-security", "alt-svc"})
 _TOOLS = frozenset({"tools"})
+_API_DIALECTS: dict[str, Dialect] = {"chat": CHAT, "responses": ResponsesDialect(), "messages": ANTHROPIC}
+"""The dialect whose upstream path each route forwards to (the Responses route makes its own per request)."""
 _DEFAULT_MAX_CALLS = 1024
 
 
@@ -93,6 +102,8 @@ class Turn:
     rounds: int = 0
     usage: list[Any] = dataclasses.field(default_factory=list)
     """The upstream usage of each re-ask."""
+    reply_id: Any = None
+    """The id of the last re-ask's reply (the Responses API keeps the conversation under it)."""
 
 
 @dataclasses.dataclass
@@ -192,15 +203,12 @@ class Gateway:
         return await self._handle("messages", raw, headers, state)
 
     async def _handle(self, api: str, raw: bytes, headers: Mapping[str, str], state: Mapping[str, Any]) -> Response:
-        from reflection.service import _anthropic, _responses
-
         out_headers = self._anthropic_headers(headers, state) if api == "messages" else \
             self._upstream_headers(headers, state)
         if isinstance(out_headers, Response):
             return out_headers
         secrets = _secrets(headers, out_headers)
-        url = self.url if api == "chat" else self.url_for(_anthropic.DIALECT if api == "messages" else
-                                                          _responses.DIALECT)
+        url = self.url if api == "chat" else self.url_for(_API_DIALECTS[api])
         try:
             raw, body = self._read_request(raw, headers)
             if body is None:
@@ -208,11 +216,12 @@ class Gateway:
                     out_headers["accept-encoding"] = headers["accept-encoding"]
                 return await self._pass_through(url, raw, out_headers, secrets)
             started = state.get(ARRIVED)
-            call = Call(self, body, out_headers, secrets, started, state.get(DEADLINE), _owner(headers, state))
-            if api == "responses":
-                return await _responses.answer(call, raw)
-            if api == "messages":
-                return await _anthropic.answer(call, raw)
+            if api != "chat":
+                from reflection.service import _anthropic, _responses
+
+                owner = _owner(headers, state) if api == "responses" else b""
+                call = Call(self, body, out_headers, secrets, started, state.get(DEADLINE), owner)
+                return await (_responses.answer if api == "responses" else _anthropic.answer)(call, raw)
             if body.get("stream"):
                 return await self._stream(raw, body, out_headers, secrets, started, state.get(DEADLINE))
             return await self._complete(raw, body, out_headers, secrets, started)
@@ -445,6 +454,7 @@ class Gateway:
             reply = await self.post(self.url_for(dialect), reply_bytes(dialect.reask(body, conversation)), headers,
                                     secrets)
             turn.usage.append(reply.get("usage"))
+            turn.reply_id = reply.get("id")
             said = dialect.said(reply, self.max_calls)
             if not said.calls:
                 # The model answered in words instead (e.g. asking the user for a missing value).
