@@ -292,3 +292,17 @@ def test_an_upstream_error_echoing_a_key_is_redacted(tmp_path):
     for error in (caught.value, plain.value):
         assert "sk-ant-gateway-987654321" not in error.response.text and "[redacted]" in error.response.text
         assert all("sk-ant-gateway" not in value for value in error.response.headers.values())
+
+
+def test_an_escalated_call_is_held_for_approval_and_said_so(tmp_path, upstream):
+    config = {"upstream": {"base_url": upstream.base_url, "anthropic_base_url": upstream.base_url},
+              "gate": {"on_invalid": "escalate"}}
+    server = ServiceProcess(tmp_path, config).start()
+    try:
+        with anthropic.Anthropic(base_url=server.url, api_key="sk", max_retries=0) as c:
+            message, headers = _create(c, "stubborn")
+    finally:
+        server.stop()
+    assert _calls(message) == [] and headers["x-reflection-actions"] == "escalate"
+    assert message.reflection["escalated"][0]["call"]["name"] == "get_forecast_for_city"
+    assert "waiting for a person's approval" in _text(message)  # for clients that drop `reflection`

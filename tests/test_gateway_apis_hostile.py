@@ -71,6 +71,7 @@ RESPONSES = {
     "r-nan": sse(*_r_call(0, *BAD), b'event: response.completed\ndata: {"type": "response.completed", "response": '
                  + json.dumps(_response([_item(0, BAD[0], json.dumps(BAD[1]))])).encode()[:-1] + b', "x": NaN}}\n\n'),
     # purge's item announced with empty arguments, then get_weather whole, then purge's arguments.
+    "r-many-calls": _response([_item(i, "get_weather", json.dumps(GOOD_ARGS)) for i in range(1100)]),
     "r-interleaved": sse(_added(0, {**_item(0, "purge", ""), "status": "in_progress"}),
                          *_r_call(1, "get_weather", GOOD_ARGS),
                          {"type": "response.function_call_arguments.delta", "item_id": "fc_0", "output_index": 0,
@@ -110,6 +111,7 @@ MESSAGES = {
     "a-interleaved": sse(_start(), _use_start(0, "purge"), _use_start(1, "get_weather"),
                          _json_part(0, '{"filter": "tmp-*", '), _json_part(1, json.dumps(GOOD_ARGS)),
                          _json_part(0, '"dry_run": true}'), _stop(1), _stop(0), *_END),
+    "a-many-calls": sse(_start(), *(_use_start(i, "get_weather") for i in range(1100)), *_END),
     "a-input-not-object": sse(_start(), _use_start(0, "get_weather"), _json_part(0, "[1, 2]"), _stop(0), *_END),
 }
 
@@ -217,3 +219,11 @@ def test_input_that_is_not_an_object_is_refused(claude):
     calls, message = _a_calls(claude, "a-input-not-object")
     assert calls == [] and message.stop_reason == "end_turn"
     assert "was blocked by reflection" in message.content[0].text
+
+
+def test_too_many_calls_are_refused(oai, claude):
+    with pytest.raises(openai.APIStatusError) as caught:
+        oai.responses.create(model="r-many-calls", input=QUESTION, tools=R_TOOLS)
+    assert caught.value.status_code == 502 and "tool calls" in caught.value.response.text
+    with pytest.raises(anthropic.APIError, match="tool calls"):
+        _a_events(claude, "a-many-calls")

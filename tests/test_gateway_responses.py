@@ -290,3 +290,34 @@ def test_the_agents_sdk_streamed_runs_only_checked_calls(gateway):
     assert asyncio.run(run()) == "It will be sunny in Paris."
     assert seen and all(call == {"city": "Paris", "days": 2} for call in seen)
 
+
+
+# --- escalation, and the memory's bounds -------------------------------------------------------------
+
+def test_an_escalated_call_is_held_for_approval_and_said_so(tmp_path, upstream):
+    config = {"upstream": {"base_url": upstream.base_url}, "gate": {"on_invalid": "escalate"}}
+    server = ServiceProcess(tmp_path, config).start()
+    try:
+        with openai.OpenAI(base_url=server.url + "/v1", api_key="sk", max_retries=0) as c:
+            response, headers = _create(c, "stubborn")
+    finally:
+        server.stop()
+    assert _calls(response) == [] and headers["x-reflection-actions"] == "escalate"
+    assert response.reflection["escalated"][0]["call"]["name"] == "get_forecast_for_city"
+    assert "waiting for a person's approval" in response.output_text  # for clients that drop `reflection`
+
+
+def test_the_memory_follows_chains_per_client_within_its_bytes():
+    from reflection.service._responses import ResponseMemory
+
+    memory = ResponseMemory(100)
+    memory.remember(b"a", "r1", None, ["one"], 40)
+    memory.remember(b"a", "r2", "r1", ["two"], 40)
+    assert memory.earlier(b"a", "r2") == ["one", "two"]
+    assert memory.earlier(b"b", "r2") == [] and memory.earlier(b"a", "unknown") == []
+    memory.remember(b"a", "r3", "r2", ["three"], 40)  # over 100 bytes: the least recently used goes
+    assert memory.size <= 100 and memory.earlier(b"a", "r3") == ["two", "three"]
+    memory.remember(b"a", "huge", "r3", ["x"], 101)  # larger than the whole memory: not kept
+    assert memory.earlier(b"a", "huge") == []
+    memory.remember(b"a", "loop", "loop", ["l"], 1)  # a cycle ends the walk
+    assert memory.earlier(b"a", "loop") == ["l"]

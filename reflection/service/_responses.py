@@ -99,15 +99,17 @@ class ResponseMemory:
     def earlier(self, owner: bytes, response_id: Any) -> list[Any]:
         """The turns up to and including `response_id`, oldest first; [] for an id not kept."""
         chain: list[list[Any]] = []
-        seen: set[str] = set()
-        while isinstance(response_id, str) and response_id not in seen and len(chain) < _MAX_CHAIN:
-            entry = self._entries.get((owner, response_id))
-            if entry is None:
+        keys: list[tuple[bytes, str]] = []
+        while isinstance(response_id, str) and len(chain) < _MAX_CHAIN:
+            key = (owner, response_id)
+            entry = self._entries.get(key)
+            if entry is None or key in keys:
                 break
-            self._entries.move_to_end((owner, response_id))
-            seen.add(response_id)
+            keys.append(key)
             chain.append(entry[1])
             response_id = entry[0]
+        for key in reversed(keys):  # the turn named last is the most recently used: a chain loses its oldest first
+            self._entries.move_to_end(key)
         return [item for items in reversed(chain) for item in items]
 
 

@@ -1,5 +1,11 @@
-"""The OpenAI-compatible gateway: `POST /v1/chat/completions` forwarded to the upstream model, with
-every tool call in the reply gated before the client sees it.
+"""The gateway: `POST /v1/chat/completions` (and `/v1/responses`, `/v1/messages`) forwarded to the
+upstream model, with every tool call in the reply gated before the client sees it.
+
+What follows is said of Chat Completions; it holds for the OpenAI Responses API
+(`reflection.service._responses`) and Anthropic Messages (`reflection.service._anthropic`) in
+their own shapes: the requests are read, errors passed and bounds kept by the same code, every
+model turn's calls are settled by the same loop (`Gateway.settle`, one `Dialect` per API in
+`reflection.service._dialects`), and each API's stream is held and gated as described there.
 
 - A request is understood or refused: its body is read as the clients' and the upstream's JSON
   readers read it (NaN, lone surrogates; gzip or deflate encoded), and a body that cannot be
