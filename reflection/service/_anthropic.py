@@ -87,7 +87,7 @@ async def answer(call: Call, raw: bytes) -> Response:
     if not isinstance(data, dict):
         return gateway.failed("unreadable", 502, "the upstream's answer is not a JSON object, so the tool calls in "
                                                  "it could not be checked")
-    said = DIALECT.said(data, gateway.max_calls)
+    said = DIALECT.said(data)
     turns: list[Turn] = []
     if said.calls or said.removed:
         turn = await gateway.settle(DIALECT, said, call.body, call.headers, call.secrets, call.started,

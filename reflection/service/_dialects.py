@@ -118,10 +118,6 @@ def usage_sum(first: Any, more: list[Any]) -> Any:
     return out
 
 
-def _too_many(count: int, limit: int) -> Refused:
-    return Refused(problem(502, f"the upstream's answer has {count} tool calls, more than the {limit} a reply may carry"))
-
-
 @dataclasses.dataclass
 class Said:
     """One model turn as the gateway reads it: the calls to gate, the whole turn in the API's
@@ -153,8 +149,9 @@ class Dialect:
         """What the gate reads as the conversation (system text first where the API keeps it apart)."""
         return conversation
 
-    def said(self, reply: dict[str, Any], max_calls: int) -> Said:
-        """The calls and the turn of a (re-ask's) reply. Raises `Refused` for one that cannot be read."""
+    def said(self, reply: dict[str, Any]) -> Said:
+        """The calls and the turn of a (re-ask's) reply. Raises `Refused` for one that cannot be read
+        (the number of calls is bounded by the caller)."""
         raise NotImplementedError
 
     def extend(self, conversation: list[Any], said: Said, calls: list[Any], results: list[str],
@@ -204,11 +201,9 @@ class ChatDialect(Dialect):
         messages = body.get("messages")
         return list(messages) if isinstance(messages, list) else []
 
-    def said(self, reply: dict[str, Any], max_calls: int) -> Said:
+    def said(self, reply: dict[str, Any]) -> Said:
         message = first_message(reply)
         calls = message_calls(message) if message is not None else None
-        if calls and len(calls) > max_calls:
-            raise _too_many(len(calls), max_calls)
         text = message.get("content") if message is not None else None
         return Said(calls or [], message, text if isinstance(text, str) else None)
 
@@ -295,7 +290,7 @@ class ResponsesDialect(Dialect):
         system = [{"role": "system", "content": instructions}] if isinstance(instructions, str) and instructions else []
         return [*system, *self.earlier, *conversation]
 
-    def said(self, reply: dict[str, Any], max_calls: int) -> Said:
+    def said(self, reply: dict[str, Any]) -> Said:
         output = reply.get("output")
         if not isinstance(output, list):
             raise Refused(problem(502, "the upstream's response has no `output` list, so the tool calls in it could "
@@ -310,8 +305,6 @@ class ResponsesDialect(Dialect):
             elif kind == "message":
                 texts += [part["text"] for part in item.get("content") or () if isinstance(part, dict)
                           and part.get("type") == "output_text" and isinstance(part.get("text"), str)]
-        if len(calls) > max_calls:
-            raise _too_many(len(calls), max_calls)
         return Said(calls, output, "".join(texts) or None, removed)
 
     def extend(self, conversation: list[Any], said: Said, calls: list[Any], results: list[str],
@@ -372,7 +365,7 @@ class AnthropicDialect(Dialect):
         system = body.get("system")
         return [{"role": "system", "content": system}, *conversation] if system else conversation
 
-    def said(self, reply: dict[str, Any], max_calls: int) -> Said:
+    def said(self, reply: dict[str, Any]) -> Said:
         content = reply.get("content")
         if not isinstance(content, list):
             raise Refused(problem(502, "the upstream's message has no `content` list, so the tool calls in it could "
@@ -386,8 +379,6 @@ class AnthropicDialect(Dialect):
                 removed.append(str(kind))
             elif kind == "text" and isinstance(block.get("text"), str):
                 texts.append(block["text"])
-        if len(calls) > max_calls:
-            raise _too_many(len(calls), max_calls)
         return Said(calls, content, "".join(texts) or None, removed)
 
     def extend(self, conversation: list[Any], said: Said, calls: list[Any], results: list[str],

@@ -142,7 +142,7 @@ async def answer(call: Call, raw: bytes) -> Response:
     if not isinstance(data, dict):
         return gateway.failed("unreadable", 502, "the upstream's answer is not a JSON object, so the tool calls in "
                                                  "it could not be checked")
-    said = DIALECT.said(data, gateway.max_calls)
+    said = DIALECT.said(data)
     turns: list[Turn] = []
     if said.calls or said.removed:
         turns.append(await gateway.settle(dialect, said, call.body, call.headers, call.secrets, call.started,

@@ -423,9 +423,6 @@ class Gateway:
         and how it came to be. `dialect` knows the API's shapes.
 
         `budget` is the re-asks left for the whole client request (shared by its choices)."""
-        if len(said.calls) > self.max_calls:
-            raise Refused(self.failed("too_many_calls", 502, f"the upstream's answer has {len(said.calls)} tool calls, "
-                                                             f"more than the {self.max_calls} a reply may carry"))
         turn = Turn()
         tools = dialect.specs(body)
         conversation = dialect.conversation(body)
@@ -433,6 +430,9 @@ class Gateway:
         ids: set[Any] = set()
         round_ = 0
         while True:
+            if len(said.calls) > self.max_calls:
+                raise Refused(self.failed("too_many_calls", 502, f"the upstream's answer has {len(said.calls)} tool "
+                                                                 f"calls, more than the {self.max_calls} a reply may carry"))
             _removed(said, turn)
             pending = said.calls
             decisions = await self.gate.check(list(pending), tools, dialect.history(body, conversation),
@@ -461,7 +461,7 @@ class Gateway:
                                     secrets)
             turn.usage.append(reply.get("usage"))
             turn.reply_id = reply.get("id")
-            said = dialect.said(reply, self.max_calls)
+            said = dialect.said(reply)
             if not said.calls:
                 # The model answered in words instead (e.g. asking the user for a missing value).
                 _removed(said, turn)
