@@ -71,6 +71,7 @@ RESPONSES = {
     "r-nan": sse(*_r_call(0, *BAD), b'event: response.completed\ndata: {"type": "response.completed", "response": '
                  + json.dumps(_response([_item(0, BAD[0], json.dumps(BAD[1]))])).encode()[:-1] + b', "x": NaN}}\n\n'),
     # purge's item announced with empty arguments, then get_weather whole, then purge's arguments.
+    "r-huge-event": sse(*_r_call(0, "get_weather", {"city": "P" * 400_000}), _completed([])),
     "r-many-calls": _response([_item(i, "get_weather", json.dumps(GOOD_ARGS)) for i in range(1100)]),
     "r-interleaved": sse(_added(0, {**_item(0, "purge", ""), "status": "in_progress"}),
                          *_r_call(1, "get_weather", GOOD_ARGS),
@@ -111,6 +112,8 @@ MESSAGES = {
     "a-interleaved": sse(_start(), _use_start(0, "purge"), _use_start(1, "get_weather"),
                          _json_part(0, '{"filter": "tmp-*", '), _json_part(1, json.dumps(GOOD_ARGS)),
                          _json_part(0, '"dry_run": true}'), _stop(1), _stop(0), *_END),
+    "a-huge-event": sse(_start(), _use_start(0, "get_weather"), _json_part(0, '{"city": "' + "P" * 400_000 + '"}'),
+                        _stop(0), *_END),
     "a-many-calls": sse(_start(), *(_use_start(i, "get_weather") for i in range(1100)), *_END),
     "a-input-not-object": sse(_start(), _use_start(0, "get_weather"), _json_part(0, "[1, 2]"), _stop(0), *_END),
 }
@@ -119,7 +122,8 @@ MESSAGES = {
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
     with ByModelUpstream({**RESPONSES, **MESSAGES}) as base_url:
-        config = {"upstream": {"base_url": base_url, "anthropic_base_url": base_url, "max_reflect_rounds": 0}}
+        config = {"upstream": {"base_url": base_url, "anthropic_base_url": base_url, "max_reflect_rounds": 0,
+                               "max_response_bytes": 256 * 1024}}
         server = ServiceProcess(tmp_path_factory.mktemp("apis-hostile"), config).start()
         yield server
         server.stop()
@@ -227,3 +231,10 @@ def test_too_many_calls_are_refused(oai, claude):
     assert caught.value.status_code == 502 and "tool calls" in caught.value.response.text
     with pytest.raises(anthropic.APIError, match="tool calls"):
         _a_events(claude, "a-many-calls")
+
+
+def test_an_event_past_max_response_bytes_ends_the_stream_with_an_error(oai, claude):
+    with pytest.raises(openai.APIError, match="max_response_bytes"):
+        _r_events(oai, "r-huge-event")
+    with pytest.raises(anthropic.APIError, match="max_response_bytes"):
+        _a_events(claude, "a-huge-event")
