@@ -25,6 +25,7 @@ SCRIPT = {
     "fixable": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": "2"}}]}],
     "hallucinated": [HALLUCINATED, {"tool_calls": [GOOD]}],
     "stubborn": [HALLUCINATED],
+    "chatty": [{"content": "Let me check that for you.", **HALLUCINATED}, {"tool_calls": [GOOD]}],
     "gives-up": [HALLUCINATED, {"content": "Which city do you mean?"}],
     "parallel": [{"tool_calls": [GOOD, HALLUCINATED["tool_calls"][0]]},
                  {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}, GOOD]}],
@@ -183,6 +184,16 @@ def test_the_stream_helper_assembles_the_checked_message(client):
         message = stream.get_final_message()
     assert _calls(message) == [("get_weather", {"city": "Paris", "days": 2})]
     assert [block.type for block in message.content] == ["tool_use"]
+
+
+def test_a_streamed_reask_shows_the_model_its_whole_turn(client, upstream):
+    with client.messages.stream(model="chatty", max_tokens=256, messages=QUESTION, tools=TOOLS) as stream:
+        message = stream.get_final_message()
+    assert _text(message) == "Let me check that for you."
+    assert _calls(message) == [("get_weather", {"city": "Paris", "days": 2})]
+    turn = upstream.requests[-1]["messages"][1]
+    assert turn["content"][0] == {"type": "text", "text": "Let me check that for you."}
+    assert (turn["content"][1]["name"], turn["content"][1]["input"]) == ("get_forecast_for_city", {"city": "Paris"})
 
 
 def test_a_streamed_call_that_stays_refused_becomes_text(client):

@@ -62,13 +62,7 @@ DIALECT = ANTHROPIC
 
 async def answer(call: Call, raw: bytes) -> Response:
     """Answer one `POST /v1/messages` with tools (plain or streamed)."""
-    from reflection.service.gateway import (
-        add_usage,
-        downstream,
-        report,
-        report_headers,
-        unchanged,
-    )
+    from reflection.service.gateway import add_usage, downstream, report, report_headers, unchanged
 
     gateway = call.gateway
     response = await gateway.send(gateway.url_for(DIALECT), raw, {**call.headers, "content-type": "application/json"})
@@ -125,6 +119,8 @@ class _Held:
         self.held: dict[int, dict[str, Any]] = {}
         self.parts: dict[int, list[str]] = {}
         """Block index -> its `input_json_delta` parts (held and passed blocks alike)."""
+        self.texts: dict[tuple[int, str], list[str]] = {}
+        """(block index, "text" or "thinking") -> its text parts."""
         self.start_usage: dict[str, Any] = {}
         self.stopped = False
 
@@ -229,30 +225,41 @@ async def _relay_event(call: Call, state: _Held, event: Event) -> AsyncIterator[
     delta = data.get("delta") if isinstance(data.get("delta"), dict) else {}
     if kind == "content_block_delta":
         _take(state, index, delta)
-    elif kind == "content_block_stop" and index in state.parts:
-        block = state.held.get(index) or state.passed[state.index[index]]
-        text = "".join(state.parts.pop(index))
-        parsed = read_reply(text.encode()) if text.strip() else block.get("input", {})
-        # Input that is not a JSON object stays text: the gate refuses it as unreadable arguments.
-        block["input"] = parsed if isinstance(parsed, dict) else text
+    elif kind == "content_block_stop":
+        _settle_block(state, index)
     if index in state.held:
         return
     data["index"] = state.index[index]
     yield _sse(data)
 
 
+_TEXT_DELTAS = {"text_delta": "text", "thinking_delta": "thinking"}
+
+
 def _take(state: _Held, index: int, delta: dict[str, Any]) -> None:
-    """Add one delta to the block it belongs to (for the final content and a re-ask's turn)."""
-    block = state.held.get(index) or state.passed[state.index[index]]
+    """Keep one delta's part for the block it belongs to (joined when the block stops: the block
+    whole is what a re-ask shows the model as its turn)."""
     kind = delta.get("type")
     if kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
         state.parts.setdefault(index, []).append(delta["partial_json"])
-    elif kind == "text_delta" and isinstance(delta.get("text"), str):
-        block["text"] = (block.get("text") or "") + delta["text"]
-    elif kind == "thinking_delta" and isinstance(delta.get("thinking"), str):
-        block["thinking"] = (block.get("thinking") or "") + delta["thinking"]
+    elif kind in _TEXT_DELTAS and isinstance(delta.get(_TEXT_DELTAS[kind]), str):
+        state.texts.setdefault((index, _TEXT_DELTAS[kind]), []).append(delta[_TEXT_DELTAS[kind]])
     elif kind == "signature_delta" and isinstance(delta.get("signature"), str):
-        block["signature"] = delta["signature"]
+        (state.held.get(index) or state.passed[state.index[index]])["signature"] = delta["signature"]
+
+
+def _settle_block(state: _Held, index: int) -> None:
+    """Join a block's parts into it: its text, its thinking, its input (JSON that is not an object
+    stays text, which the gate refuses as unreadable arguments)."""
+    block = state.held.get(index) or state.passed[state.index[index]]
+    for field in _TEXT_DELTAS.values():
+        parts = state.texts.pop((index, field), None)
+        if parts is not None:
+            block[field] = (block.get(field) or "") + "".join(parts)
+    if index in state.parts:
+        text = "".join(state.parts.pop(index))
+        parsed = read_reply(text.encode()) if text.strip() else block.get("input", {})
+        block["input"] = parsed if isinstance(parsed, dict) else text
 
 
 async def _finish(call: Call, state: _Held, data: dict[str, Any] | None) -> AsyncIterator[bytes]:
@@ -260,11 +267,8 @@ async def _finish(call: Call, state: _Held, data: dict[str, Any] | None) -> Asyn
     from reflection.service.gateway import Turn, report
 
     gateway = call.gateway
-    for index in list(state.parts):  # a block never stopped: its parts as they are
-        if index in state.held:
-            text = "".join(state.parts.pop(index))
-            parsed = read_reply(text.encode()) if text.strip() else {}
-            state.held[index]["input"] = parsed if isinstance(parsed, dict) else text
+    for index in {*state.parts, *(index for index, _ in state.texts)}:  # blocks never stopped: their parts as they are
+        _settle_block(state, index)
     said = state.said()
     turn = Turn()
     if said.calls or said.removed:

@@ -120,13 +120,7 @@ async def answer(call: Call, raw: bytes) -> Response:
     response = await gateway.send(gateway.url_for(dialect), raw, {**call.headers, "content-type": "application/json"})
     if isinstance(response, Response):
         return response
-    from reflection.service.gateway import (
-        add_usage,
-        downstream,
-        report,
-        report_headers,
-        unchanged,
-    )
+    from reflection.service.gateway import add_usage, downstream, report, report_headers, unchanged
 
     if response.status != 200:
         status, headers = response.status, response.headers
