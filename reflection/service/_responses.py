@@ -194,6 +194,8 @@ class _Held:
         self.passed: list[Any] = []
         self.held: dict[int, dict[str, Any]] = {}
         """Upstream output_index -> the call-like item being assembled."""
+        self.arguments: dict[int, list[str]] = {}
+        """Upstream output_index -> a held call's arguments so far, in parts."""
         self.sequence = 0
 
     def stamp(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -204,6 +206,9 @@ class _Held:
     def said(self, final: dict[str, Any] | None) -> Said:
         """The held calls (by upstream order), with any function_call the terminal response lists
         that was never streamed (a call that was never announced is still a call: it is gated)."""
+        for index, parts in self.arguments.items():
+            self.held[index]["arguments"] = "".join(parts)
+        self.arguments.clear()
         items = [self.held[i] for i in sorted(self.held)]
         known = {(item.get("id"), item.get("call_id")) for item in items}
         output = final.get("output") if isinstance(final, dict) else None
@@ -312,7 +317,7 @@ async def _relay_event(call: Call, dialect: ResponsesDialect, state: _Held, even
         state.index[index] = len(state.passed)
         state.passed.append(item)
     if index in state.held:
-        _hold(state.held[index], kind, data)
+        _hold(state, index, kind, data)
         return
     if index not in state.index:
         raise Refused(problem(502, "the upstream sent an event for an output item it never announced"))
@@ -322,19 +327,21 @@ async def _relay_event(call: Call, dialect: ResponsesDialect, state: _Held, even
     yield _sse(state.stamp(data))
 
 
-def _hold(item: dict[str, Any], kind: str, data: dict[str, Any]) -> None:
-    """Add one event of a held item to it (a call is assembled from its deltas; `.done` events
-    carry the whole text and the whole item, which win)."""
+def _hold(state: _Held, index: int, kind: str, data: dict[str, Any]) -> None:
+    """Add one event of a held item to it (a call is assembled from its deltas, in parts joined at
+    the end; `.done` events carry the whole text and the whole item, which win)."""
+    item = state.held[index]
     if item.get("type") != "function_call":
         return  # removed whole at the end, whatever it streams
     if kind == "response.function_call_arguments.delta" and isinstance(data.get("delta"), str):
-        item["arguments"] += data["delta"]
+        state.arguments.setdefault(index, [item.get("arguments") or ""]).append(data["delta"])
     elif kind == "response.function_call_arguments.done" and isinstance(data.get("arguments"), str):
-        item["arguments"] = data["arguments"]
+        state.arguments[index] = [data["arguments"]]
     elif kind == "response.output_item.done" and isinstance(data.get("item"), dict) \
             and data["item"].get("type") == "function_call":
         item.clear()
         item.update(data["item"])
+        state.arguments.pop(index, None)
 
 
 async def _finish(call: Call, dialect: ResponsesDialect, state: _Held, data: dict[str, Any],
