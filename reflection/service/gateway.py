@@ -69,12 +69,7 @@ from reflection.service._dialects import (
     reply_text,
     usage_sum,
 )
-from reflection.service._middleware import (
-    ARRIVED,
-    AUTH_HEADER,
-    DEADLINE,
-    LITELLM_AUTH_HEADER,
-)
+from reflection.service._middleware import ARRIVED, AUTH_HEADER, DEADLINE, LITELLM_AUTH_HEADER
 from reflection.service._sse import Event, StreamTooLarge, events
 
 __all__ = ["Call", "Gateway", "Turn", "add_usage", "downstream", "error_event", "report", "report_headers", "unchanged"]
