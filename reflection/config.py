@@ -188,7 +188,8 @@ def _key_list(tenant: str) -> str:
 
 
 class UpstreamConfig(BaseModel):
-    """The model endpoint behind the gateway (`POST /v1/chat/completions`), YAML `upstream:`."""
+    """The model endpoint behind the gateway (`POST /v1/chat/completions`, `/v1/responses`,
+    `/v1/messages`), YAML `upstream:`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     base_url: str
@@ -203,6 +204,16 @@ class UpstreamConfig(BaseModel):
     max_response_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     """The largest upstream answer (a whole reply, one streamed event, a whole stream) the gateway
     reads; a larger one fails that request (502, or an error event) and no other."""
+    anthropic_base_url: str | None = None
+    """Anthropic Messages base URL, e.g. https://api.anthropic.com/v1: the gateway forwards
+    `POST /v1/messages` to `{anthropic_base_url}/messages`. Unset: `/v1/messages` answers 404."""
+    anthropic_api_key_env: str | None = None
+    """Environment variable holding the Anthropic key (sent as `x-api-key`); unset: the client's own
+    `x-api-key` is passed through (unless it was the service key, see the README)."""
+    response_memory_bytes: int = Field(default=32 * 1024 * 1024, ge=0)
+    """Memory for the Responses API turns the gateway relayed (request input and final output, per
+    client), so a request with `previous_response_id` is gated with its earlier turns; the oldest
+    are forgotten first. 0: none kept (such requests are gated with their own input only)."""
 
 
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024

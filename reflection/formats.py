@@ -153,6 +153,8 @@ def _normalize_tools_uncached(raw: Any, *, sound: bool = True) -> ToolInventory:
     problems: list[SpecProblem] = []
     seen: set[str] = set()
     for index, item in enumerate(items):
+        if _hosted_tool(item):
+            continue
         problem = None if sound else value_problem(item)
         spec = _normalize_tool(item, index) if problem is None else _unusable_tool(item, index, problem)
         if isinstance(spec, SpecProblem):
@@ -164,6 +166,18 @@ def _normalize_tools_uncached(raw: Any, *, sound: bool = True) -> ToolInventory:
             seen.add(spec.name)
             tools.append(spec)
     return ToolInventory(tools=tuple(tools), problems=tuple(problems))
+
+
+_SCHEMA_KEYS = ("function", "parameters", "input_schema", "inputSchema")
+
+
+def _hosted_tool(item: Any) -> bool:
+    """A tool the provider defines and runs or describes itself, with no schema to check a call
+    against: the Responses API's `{"type": "web_search"}`, `file_search`, `custom` (a grammar),
+    Anthropic's `{"type": "web_search_20250305", "name": "web_search"}` or `bash_20250124`. Not a
+    spec: a call naming one is checked as a call to a tool the specs do not hold."""
+    return (isinstance(item, dict) and isinstance(item.get("type"), str) and item["type"] != "function"
+            and not any(key in item for key in _SCHEMA_KEYS))
 
 
 def _unusable_tool(item: Any, index: int, problem: str) -> SpecProblem:
@@ -359,7 +373,8 @@ def _normalize_call(raw: Any, shape: int) -> ToolCall:
     # `raw` is known to be JSON-like (the caller checked the whole value once).
     if not isinstance(raw, dict):
         return ToolCall(name="", error=f"a tool call must be an object, got {_kind(raw)}")
-    call_id = raw.get("id")
+    # A Responses API `function_call` item is answered by its `call_id` (its `id` names the item).
+    call_id = raw.get("call_id") if raw.get("type") == "function_call" else raw.get("id")
     call_id = call_id if isinstance(call_id, str) else None
     body = raw["function"] if isinstance(raw.get("function"), dict) else raw
     name = body.get("name")
@@ -478,7 +493,8 @@ _ROLES = {"system": "system", "developer": "system", "user": "user", "human": "u
 
 def normalize_history(raw: Any) -> History:
     """Normalise a conversation: OpenAI chat messages, Anthropic content blocks (text,
-    tool_use, tool_result), or a bare string (one user message); UTF-8 bytes are JSON text,
+    tool_use, tool_result), Responses API input items (messages, `function_call`,
+    `function_call_output`; `reasoning` is skipped), or a bare string (one user message); UTF-8 bytes are JSON text,
     parsed first. Unreadable messages (also ones nesting deeper than `MAX_DEPTH`, or with a
     lone surrogate) are skipped and reported in `History.problems`.
     """
@@ -570,6 +586,8 @@ def _read_message(item: Any, index: int, tool_names: dict[str, str],
         return [build(role="user", content=item)]
     if not isinstance(item, dict):
         return f"history message #{index} must be an object or a string, got {_kind(item)}; it was skipped"
+    if "role" not in item and item.get("type") in _RESPONSES_ITEMS:
+        return _responses_item(item, tool_names, build)
     role = _ROLES.get(str(item.get("role", "")).lower())
     if role is None:
         return f"history message #{index} has an unknown role {item.get('role')!r}; it was skipped"
@@ -605,6 +623,22 @@ def _read_message(item: Any, index: int, tool_names: dict[str, str],
                            tool_call_id=tool_call_id if role == "tool" else None,
                            name=name if role == "tool" else None))
     return out
+
+
+_RESPONSES_ITEMS = frozenset({"function_call", "function_call_output", "reasoning"})
+
+
+def _responses_item(item: dict[str, Any], tool_names: dict[str, str], build: Callable[..., Message]) -> list[Message]:
+    """A Responses API input item that is not a message: a `function_call` (an assistant turn
+    with that call), its `function_call_output` (a tool message), or `reasoning` (never read:
+    a model's reasoning is not conversation)."""
+    if item["type"] == "function_call":
+        return [build(role="assistant", content="", tool_calls=(normalize_call(item),))]
+    if item["type"] == "function_call_output":
+        call_id = item.get("call_id") if isinstance(item.get("call_id"), str) else None
+        return [build(role="tool", content=_block_text(item.get("output")), tool_call_id=call_id,
+                      name=tool_names.get(call_id or ""))]
+    return []
 
 
 def _block_text(content: Any) -> str:

@@ -191,7 +191,8 @@ def _json(content: Any, status: int = 200, headers: Mapping[str, str] | None = N
 def create_app(config: ReflectionConfig | None = None) -> Any:
     """The service as an ASGI application for `config` (default: `ReflectionConfig()`, which reads
     `REFLECTION_*`). Routes: `/v1/reflect`, `/v1/check`, `/v1/gate`, the LiteLLM guardrail
-    `/beta/litellm_basic_guardrail_api`, the gateway `/v1/chat/completions` (with `upstream`),
+    `/beta/litellm_basic_guardrail_api`, the gateway `/v1/chat/completions` and `/v1/responses` (with
+    `upstream`), `/v1/messages` (with `upstream.anthropic_base_url`),
     `/healthz`, `/readyz` and `/metrics`."""
     config = config or ReflectionConfig()
     metrics = Metrics(tenants=bool(config.service.tenants))
@@ -346,10 +347,42 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         raw = await request.body()
         return await gateway.handle(raw, request.headers, request.scope.get("state", {}))
 
+    @app.post("/v1/responses", tags=["gateway"],
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": {"type": "object", "description": "An OpenAI Responses API request."}}}}},
+              responses={200: {"description": "The upstream's response (or event stream) with a `reflection` "
+                                              "field and X-Reflection-* headers."},
+                         404: {"model": Problem, "description": "No upstream configured."},
+                         502: {"model": Problem, "description": "The upstream could not be reached."}})
+    async def responses(request: Request) -> Response:
+        """OpenAI Responses API gateway: forwards to `{upstream.base_url}/responses` and gates every
+        `function_call` output item as `/v1/chat/completions` gates tool calls."""
+        gateway = state.tenant(request).gateway
+        if gateway is None:
+            raise HTTPException(404, "no upstream configured: set upstream.base_url in the config to use the gateway")
+        return await gateway.handle_responses(await request.body(), request.headers, request.scope.get("state", {}))
+
+    @app.post("/v1/messages", tags=["gateway"],
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": {"type": "object", "description": "An Anthropic Messages request."}}}}},
+              responses={200: {"description": "The upstream's message (or event stream) with a `reflection` "
+                                              "field and X-Reflection-* headers."},
+                         404: {"model": Problem, "description": "No Anthropic upstream configured."},
+                         502: {"model": Problem, "description": "The upstream could not be reached."}})
+    async def messages(request: Request) -> Response:
+        """Anthropic Messages gateway: forwards to `{upstream.anthropic_base_url}/messages` and gates
+        every `tool_use` block. With service keys, send the service key in `x-reflection-api-key`
+        and the Anthropic key in `x-api-key` (or configure `upstream.anthropic_api_key_env`)."""
+        gateway = state.tenant(request).gateway
+        if gateway is None or gateway.anthropic_url is None:
+            raise HTTPException(404, "no Anthropic upstream configured: set upstream.anthropic_base_url in the config")
+        return await gateway.handle_messages(await request.body(), request.headers, request.scope.get("state", {}))
+
     routes = [route.path for route in app.routes]  # type: ignore[attr-defined]
     service = config.service
     hot = {"/v1/check": check_route, "/v1/chat/completions": chat_completions, "/v1/gate": gate_route,
-           "/v1/reflect": reflect_route, _guardrail.PATH: litellm_guardrail}
+           "/v1/reflect": reflect_route, _guardrail.PATH: litellm_guardrail, "/v1/responses": responses,
+           "/v1/messages": messages}
     keys = service.key_tenants()
     return ServiceMiddleware(
         _HotRoutes(app, hot),

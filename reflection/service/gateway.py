@@ -1,5 +1,11 @@
-"""The OpenAI-compatible gateway: `POST /v1/chat/completions` forwarded to the upstream model, with
-every tool call in the reply gated before the client sees it.
+"""The gateway: `POST /v1/chat/completions` (and `/v1/responses`, `/v1/messages`) forwarded to the
+upstream model, with every tool call in the reply gated before the client sees it.
+
+What follows is said of Chat Completions; it holds for the OpenAI Responses API
+(`reflection.service._responses`) and Anthropic Messages (`reflection.service._anthropic`) in
+their own shapes: the requests are read, errors passed and bounds kept by the same code, every
+model turn's calls are settled by the same loop (`Gateway.settle`, one `Dialect` per API in
+`reflection.service._dialects`), and each API's stream is held and gated as described there.
 
 - A request is understood or refused: its body is read as the clients' and the upstream's JSON
   readers read it (NaN, lone surrogates; gzip or deflate encoded), and a body that cannot be
@@ -29,7 +35,7 @@ every tool call in the reply gated before the client sees it.
 from __future__ import annotations
 
 import dataclasses
-import json
+import hashlib
 import os
 import time
 import zlib
@@ -40,14 +46,33 @@ import aiohttp
 import anyio
 from starlette.responses import Response, StreamingResponse
 
-from reflection._json import dumps, parse_json, parse_json_keeping
-from reflection._own_words import remember
+from reflection._json import parse_json_keeping
 from reflection.config import UpstreamConfig
 from reflection.model import _plain
-from reflection.service._middleware import ARRIVED, AUTH_HEADER, DEADLINE
+from reflection.service._dialects import (
+    ANTHROPIC,
+    CHAT,
+    UNREADABLE,
+    Dialect,
+    Refused,
+    ResponsesDialect,
+    Said,
+    identity,
+    lenient,
+    lenient_dumps,
+    message_calls,
+    note,
+    problem,
+    quoted,
+    read_reply,
+    reply_bytes,
+    reply_text,
+    usage_sum,
+)
+from reflection.service._middleware import ARRIVED, AUTH_HEADER, DEADLINE, LITELLM_AUTH_HEADER
 from reflection.service._sse import Event, StreamTooLarge, events
 
-__all__ = ["Gateway"]
+__all__ = ["Call", "Gateway", "Turn", "add_usage", "downstream", "error_event", "report", "report_headers", "unchanged"]
 
 # Not forwarded either way: connection-level headers, and what the gateway sets itself.
 _HOP_BY_HOP = frozenset({
@@ -59,20 +84,14 @@ _NOT_UPSTREAM = _HOP_BY_HOP | {"authorization", AUTH_HEADER, "accept-encoding", 
 # What the client gets from the gateway only: its own report, cookies, transport security and CORS.
 _GATEWAY_OWNED = frozenset({"set-cookie", "set-cookie2", "strict-transport-security", "alt-svc"})
 _TOOLS = frozenset({"tools"})
+_API_DIALECTS: dict[str, Dialect] = {"chat": CHAT, "responses": ResponsesDialect(), "messages": ANTHROPIC}
+"""The dialect whose upstream path each route forwards to (the Responses route makes its own per request)."""
 _DEFAULT_MAX_CALLS = 1024
 
 
-class _Refused(Exception):
-    """The upstream's answer cannot be passed on: `response` is what the client gets instead."""
-
-    def __init__(self, response: Response):
-        super().__init__()
-        self.response = response
-
-
 @dataclasses.dataclass
-class _Turn:
-    """The settling of one choice's calls: what the client gets and the record of how."""
+class Turn:
+    """The settling of one model turn's calls: what the client gets and the record of how."""
 
     calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     """Calls to send to the client, in order, each once."""
@@ -84,10 +103,44 @@ class _Turn:
     rounds: int = 0
     usage: list[Any] = dataclasses.field(default_factory=list)
     """The upstream usage of each re-ask."""
+    reply_id: Any = None
+    """The id of the last re-ask's reply (the Responses API keeps the conversation under it)."""
+
+
+@dataclasses.dataclass
+class Call:
+    """One client request being answered: what the dialect modules need from the gateway."""
+
+    gateway: Gateway
+    body: dict[str, Any]
+    """The request's JSON, `tools` kept as JSON text."""
+    headers: dict[str, str]
+    """The headers for the upstream."""
+    secrets: list[bytes]
+    """The keys in play, redacted from anything the upstream says."""
+    started: float | None
+    deadline: float | None
+    owner: bytes
+    """Who made the request (a digest of its credentials), so one client's stored turns are never another's."""
+
+
+def _owner(headers: Mapping[str, str], state: Mapping[str, Any]) -> bytes:
+    """A digest of the request's credentials: the service key it used and any upstream key it sent."""
+    parts = [str(state.get("key_index", "")), headers.get("authorization", ""), headers.get(LITELLM_AUTH_HEADER, "")]
+    return hashlib.blake2b("\x00".join(parts).encode("utf-8", "replace"), digest_size=16).digest()
+
+
+def _removed(said: Said, turn: Turn) -> None:
+    """Record the call-like items of a turn the gateway cannot check: they are not passed on."""
+    for kind in said.removed:
+        turn.applied.append("deny")
+        turn.notes.append(note(f"A {quoted(kind)} item the gateway cannot check was removed and will not run."))
+    said.removed = []
 
 
 class Gateway:
-    """Forwards Chat Completions to `upstream` and gates the tool calls in the replies, with up to
+    """Forwards Chat Completions, Responses and (with `upstream.anthropic_base_url`) Anthropic
+    Messages requests to `upstream` and gates the tool calls in the replies, with up to
     `connections` upstream requests at once (or on `session`, which the caller closes).
 
     The upstream client is aiohttp rather than httpx: with its C parser and a flat connection
@@ -98,12 +151,17 @@ class Gateway:
     def __init__(self, upstream: UpstreamConfig, gate: Any, metrics: Any, *, connections: int = 256,
                  session: aiohttp.ClientSession | None = None, max_calls: int = _DEFAULT_MAX_CALLS,
                  max_body_bytes: int = 4_000_000):
+        from reflection.service._responses import ResponseMemory
+
         self.upstream = upstream
         self.gate = gate
         self.metrics = metrics
         self.max_calls = max_calls
         self.max_body_bytes = max_body_bytes
-        self.url = upstream.base_url.rstrip("/") + "/chat/completions"
+        self.url = upstream.base_url.rstrip("/") + CHAT.path
+        self.anthropic_url = upstream.anthropic_base_url.rstrip("/") if upstream.anthropic_base_url else None
+        self.responses = ResponseMemory(upstream.response_memory_bytes)
+        """The Responses turns this gateway relayed, for `previous_response_id` (see `_responses`)."""
         self._owns_session = session is None
         # upstream.timeout bounds each wait for data, as httpx's read timeout did, not the whole reply.
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=upstream.timeout)
@@ -124,48 +182,74 @@ class Gateway:
         if self._owns_session:
             await self.session.close()
 
+    def url_for(self, dialect: Dialect) -> str:
+        """The upstream URL of `dialect`'s endpoint."""
+        if dialect.path == "/messages":
+            assert self.anthropic_url is not None  # the route answers 404 without one
+            return self.anthropic_url + dialect.path
+        return self.upstream.base_url.rstrip("/") + dialect.path
+
     # --- the request ------------------------------------------------------------------------
 
     async def handle(self, raw: bytes, headers: Mapping[str, str], state: Mapping[str, Any]) -> Response:
         """Answer one `POST /v1/chat/completions` whose body is `raw`."""
-        out_headers = self._upstream_headers(headers, state)
+        return await self._handle("chat", raw, headers, state)
+
+    async def handle_responses(self, raw: bytes, headers: Mapping[str, str], state: Mapping[str, Any]) -> Response:
+        """Answer one `POST /v1/responses` whose body is `raw` (see `reflection.service._responses`)."""
+        return await self._handle("responses", raw, headers, state)
+
+    async def handle_messages(self, raw: bytes, headers: Mapping[str, str], state: Mapping[str, Any]) -> Response:
+        """Answer one Anthropic `POST /v1/messages` whose body is `raw` (see `reflection.service._anthropic`)."""
+        return await self._handle("messages", raw, headers, state)
+
+    async def _handle(self, api: str, raw: bytes, headers: Mapping[str, str], state: Mapping[str, Any]) -> Response:
+        out_headers = self._anthropic_headers(headers, state) if api == "messages" else \
+            self._upstream_headers(headers, state)
         if isinstance(out_headers, Response):
             return out_headers
         secrets = _secrets(headers, out_headers)
+        url = self.url if api == "chat" else self.url_for(_API_DIALECTS[api])
         try:
             raw, body = self._read_request(raw, headers)
             if body is None:
                 if "accept-encoding" in headers:  # the bytes go back as they come: in an encoding the client takes
                     out_headers["accept-encoding"] = headers["accept-encoding"]
-                return await self._pass_through(raw, out_headers, secrets)
+                return await self._pass_through(url, raw, out_headers, secrets)
             started = state.get(ARRIVED)
+            if api != "chat":
+                from reflection.service import _anthropic, _responses
+
+                owner = _owner(headers, state) if api == "responses" else b""
+                call = Call(self, body, out_headers, secrets, started, state.get(DEADLINE), owner)
+                return await (_responses.answer if api == "responses" else _anthropic.answer)(call, raw)
             if body.get("stream"):
                 return await self._stream(raw, body, out_headers, secrets, started, state.get(DEADLINE))
             return await self._complete(raw, body, out_headers, secrets, started)
-        except _Refused as refused:
+        except Refused as refused:
             return refused.response
 
     def _read_request(self, raw: bytes, headers: Mapping[str, str]) -> tuple[bytes, dict[str, Any] | None]:
         """The body as the upstream will get it, and its JSON with `tools` as text; None for a request
-        without tools (passed through). Raises `_Refused` for one that cannot be read."""
+        without tools (passed through). Raises `Refused` for one that cannot be read."""
         encoding = headers.get("content-encoding", "identity").strip().lower()
         if encoding in ("gzip", "x-gzip", "deflate"):
             raw = _decompressed(raw, encoding, self.max_body_bytes)
         elif encoding not in ("", "identity"):
-            raise _Refused(_problem(415, f"request bodies encoded with {_plain(encoding, 40)!r} are not accepted; "
-                                         "send identity, gzip or deflate"))
+            raise Refused(problem(415, f"request bodies encoded with {_plain(encoding, 40)!r} are not accepted; "
+                                       "send identity, gzip or deflate"))
         try:
             # `tools` stays JSON text: the gate's spec cache is keyed by it, so a client that sends
             # the same tools on every request has them read once.
             body = parse_json_keeping(raw, _TOOLS)
         except ValueError:
-            body = _lenient(raw)
+            body = lenient(raw)
             if isinstance(body, dict) and "tools" in body:
-                body["tools"] = _lenient_dumps(body["tools"]).encode()
+                body["tools"] = lenient_dumps(body["tools"]).encode()
         if not isinstance(body, dict):
-            raise _Refused(_problem(400, "the request body is not a JSON object"))
+            raise Refused(problem(400, "the request body is not a JSON object"))
         if body.get("functions") not in (None, []):
-            raise _Refused(_problem(400, "legacy `functions` are not gated: send the tool specs as `tools`"))
+            raise Refused(problem(400, "legacy `functions` are not gated: send the tool specs as `tools`"))
         if body.get("tools", b"").strip() in (b"", b"[]", b"null"):
             return raw, None
         return raw, body
@@ -177,86 +261,110 @@ class Gateway:
         if self.upstream.api_key_env:
             key = os.environ.get(self.upstream.api_key_env)
             if not key:
-                return _problem(502, f"the upstream key is not set: environment variable {self.upstream.api_key_env} "
-                                     "(upstream.api_key_env) is empty")
+                return problem(502, f"the upstream key is not set: environment variable {self.upstream.api_key_env} "
+                                    "(upstream.api_key_env) is empty")
             out["authorization"] = f"Bearer {key}"
         elif state.get("auth_header") != "authorization" and "authorization" in headers:
             # The client's own key for the upstream (the service key, if any, came in AUTH_HEADER).
             out["authorization"] = headers["authorization"]
         return out
 
-    async def _send(self, content: bytes, headers: dict[str, str], *,
-                    decode: bool = True) -> aiohttp.ClientResponse | Response:
+    def _anthropic_headers(self, headers: Mapping[str, str], state: Mapping[str, Any]) -> dict[str, str] | Response:
+        """Anthropic's key travels in `x-api-key`, the header LiteLLM sends the service key in: a
+        client's `x-api-key` goes upstream unless it was the service key (then the Anthropic key
+        comes from `upstream.anthropic_api_key_env`, or the client sends the service key in
+        `x-reflection-api-key` and its own Anthropic key in `x-api-key`)."""
+        out = {k: v for k, v in headers.items() if k.lower() not in _NOT_UPSTREAM}
+        if "request_id" in state:
+            out["x-request-id"] = state["request_id"]
+        env = self.upstream.anthropic_api_key_env
+        if env:
+            key = os.environ.get(env)
+            if not key:
+                return problem(502, f"the Anthropic key is not set: environment variable {env} "
+                                    "(upstream.anthropic_api_key_env) is empty")
+            out["x-api-key"] = key
+            return out
+        used = state.get("auth_header")
+        if used != LITELLM_AUTH_HEADER and LITELLM_AUTH_HEADER in headers:
+            out["x-api-key"] = headers[LITELLM_AUTH_HEADER]
+        if used != "authorization" and "authorization" in headers:  # an OAuth bearer token
+            out["authorization"] = headers["authorization"]
+        return out
+
+    async def send(self, url: str, content: bytes, headers: dict[str, str], *,
+                   decode: bool = True) -> aiohttp.ClientResponse | Response:
         """POST to the upstream: its response (body unread; `decode=False` keeps a compressed body
         compressed), or the problem answer (504, 502) when it could not be had."""
         started = time.perf_counter()
         try:
-            response = await self.session.post(self.url, data=content, headers=headers, auto_decompress=decode)
+            response = await self.session.post(url, data=content, headers=headers, auto_decompress=decode)
         except TimeoutError:  # aiohttp's connect and read timeouts are TimeoutErrors
-            return self._failed("timeout", 504, f"the upstream model did not answer within {self.upstream.timeout:g} s "
-                                                "(upstream.timeout)")
+            return self.failed("timeout", 504, f"the upstream model did not answer within {self.upstream.timeout:g} s "
+                                               "(upstream.timeout)")
         except aiohttp.ClientError as exc:
-            return self._failed("unreachable", 502, f"the upstream model at {self.upstream.base_url} could not be "
-                                                    f"reached: {type(exc).__name__}")
+            return self.failed("unreachable", 502, f"the upstream model at {url.rsplit('/', 1)[0]} could not be "
+                                                   f"reached: {type(exc).__name__}")
         self.metrics.upstream.labels(str(response.status)).inc()
         self.metrics.upstream_latency.observe(time.perf_counter() - started)
         return response
 
-    def _failed(self, label: str, status: int, detail: str) -> Response:
+    def failed(self, label: str, status: int, detail: str) -> Response:
+        """The gateway's problem answer, counted in the upstream metrics under `label`."""
         self.metrics.upstream.labels(label).inc()
-        return _problem(status, detail)
+        return problem(status, detail)
 
-    async def _read(self, response: aiohttp.ClientResponse) -> bytes:
-        """The whole body, at most `upstream.max_response_bytes`; raises `_Refused` past it or when it breaks."""
+    async def read(self, response: aiohttp.ClientResponse) -> bytes:
+        """The whole body, at most `upstream.max_response_bytes`; raises `Refused` past it or when it breaks."""
         limit = self.upstream.max_response_bytes
         body = bytearray()
         try:
             async for data in response.content.iter_any():
                 body += data
                 if len(body) > limit:
-                    raise _Refused(self._failed("too_large", 502, f"the upstream's answer is larger than {limit} bytes "
-                                                                  "(upstream.max_response_bytes)"))
+                    raise Refused(self.failed("too_large", 502, f"the upstream's answer is larger than {limit} bytes "
+                                                                "(upstream.max_response_bytes)"))
         except TimeoutError:
-            raise _Refused(self._failed("timeout", 504, f"the upstream model stopped answering for "
-                                                        f"{self.upstream.timeout:g} s (upstream.timeout)")) from None
+            raise Refused(self.failed("timeout", 504, f"the upstream model stopped answering for "
+                                                      f"{self.upstream.timeout:g} s (upstream.timeout)")) from None
         except aiohttp.ClientError as exc:
-            raise _Refused(self._failed("unreachable", 502, f"the upstream model's answer broke off: "
-                                                            f"{type(exc).__name__}")) from None
+            raise Refused(self.failed("unreachable", 502, f"the upstream model's answer broke off: "
+                                                          f"{type(exc).__name__}")) from None
         finally:
             response.release()
         return bytes(body)
 
-    async def _post(self, content: bytes, headers: dict[str, str], secrets: list[bytes]) -> dict[str, Any]:
+    async def post(self, url: str, content: bytes, headers: dict[str, str], secrets: list[bytes]) -> dict[str, Any]:
         """POST a JSON body; the upstream's JSON answer. Any other answer (an error status, a body
-        that is not a JSON object) raises `_Refused` with what the client gets instead."""
-        response = await self._send(content, {**headers, "content-type": "application/json"})
+        that is not a JSON object) raises `Refused` with what the client gets instead."""
+        response = await self.send(url, content, {**headers, "content-type": "application/json"})
         if isinstance(response, Response):
-            raise _Refused(response)
+            raise Refused(response)
         status, upstream_headers = response.status, response.headers
-        body = await self._read(response)
+        body = await self.read(response)
         if status != 200:
-            raise _Refused(_unchanged(status, upstream_headers, body, secrets))
-        data = _read_reply(body)
+            raise Refused(unchanged(status, upstream_headers, body, secrets))
+        data = read_reply(body)
         if not isinstance(data, dict):
-            raise _Refused(self._failed("unreadable", 502, "the upstream's answer is not a JSON object, so the tool "
-                                                           "calls in it could not be checked"))
+            raise Refused(self.failed("unreadable", 502, "the upstream's answer is not a JSON object, so the tool "
+                                                         "calls in it could not be checked"))
         return data
 
-    async def _pass_through(self, raw: bytes, headers: dict[str, str], secrets: list[bytes]) -> Response:
+    async def _pass_through(self, url: str, raw: bytes, headers: dict[str, str], secrets: list[bytes]) -> Response:
         """Forward the request as it came and stream the answer back as it comes, bytes unchanged."""
-        response = await self._send(raw, headers, decode=False)
+        response = await self.send(url, raw, headers, decode=False)
         if isinstance(response, Response):
             return response
         if response.status != 200:  # an error may echo a key: read it (bounded), decode it and redact
             encoding = response.headers.get("content-encoding", "identity").strip().lower()
-            content = await self._read(response)
+            content = await self.read(response)
             if encoding not in ("", "identity"):
                 try:
                     content = _decompressed(content, encoding, self.upstream.max_response_bytes)
-                except _Refused:
-                    return self._failed("unreadable", 502, f"the upstream answered HTTP {response.status} in an "
-                                                           "encoding the gateway cannot read")
-            return _unchanged(response.status, response.headers, content, secrets)
+                except Refused:
+                    return self.failed("unreadable", 502, f"the upstream answered HTTP {response.status} in an "
+                                                          "encoding the gateway cannot read")
+            return unchanged(response.status, response.headers, content, secrets)
 
         async def body() -> AsyncIterator[bytes]:
             try:
@@ -265,68 +373,71 @@ class Gateway:
             finally:
                 response.release()
 
-        return StreamingResponse(body(), status_code=response.status, headers=_downstream(response.headers, keep_encoding=True))
+        return StreamingResponse(body(), status_code=response.status, headers=downstream(response.headers, keep_encoding=True))
 
     # --- plain completions ------------------------------------------------------------------
 
     async def _complete(self, raw: bytes, body: dict[str, Any], headers: dict[str, str], secrets: list[bytes],
                         started: float | None) -> Response:
-        response = await self._send(raw, {**headers, "content-type": "application/json"})
+        response = await self.send(self.url, raw, {**headers, "content-type": "application/json"})
         if isinstance(response, Response):
             return response
         status, upstream_headers = response.status, response.headers
-        content = await self._read(response)
+        content = await self.read(response)
         if status != 200:
-            return _unchanged(status, upstream_headers, content, secrets)
-        data = _read_reply(content)
+            return unchanged(status, upstream_headers, content, secrets)
+        data = read_reply(content)
         if not isinstance(data, dict):
-            return self._failed("unreadable", 502, "the upstream's answer is not JSON, so the tool calls in it could "
-                                                   "not be checked")
+            return self.failed("unreadable", 502, "the upstream's answer is not JSON, so the tool calls in it could "
+                                                  "not be checked")
         choices = data.get("choices")
-        turns: list[_Turn] = []
+        turns: list[Turn] = []
         if isinstance(choices, list):
             budget = [self.upstream.max_reflect_rounds]
             for choice in choices:
                 message = choice.get("message") if isinstance(choice, dict) else None
                 if not isinstance(message, dict):
                     continue
-                calls = _message_calls(message)
+                calls = message_calls(message)
                 if calls is None:
                     continue
-                turn = await self._settle(calls, body, headers, secrets, started, budget)
+                turn = await self.settle(CHAT, Said(calls, message), body, headers, secrets, started, budget)
                 turns.append(turn)
                 _apply(choice, message, turn)
-        report = _report(turns)
-        _add_usage(data, turns)
-        data["reflection"] = report
-        return Response(_reply_bytes(data), status_code=200,
-                        headers={**_downstream(upstream_headers), **_report_headers(report)},
+        out = report(turns)
+        add_usage(data, turns)
+        data["reflection"] = out
+        return Response(reply_bytes(data), status_code=200,
+                        headers={**downstream(upstream_headers), **report_headers(out)},
                         media_type="application/json")
 
-    async def _settle(self, calls: list[Any], body: dict[str, Any], headers: dict[str, str], secrets: list[bytes],
-                      started: float | None, budget: list[int]) -> _Turn:
-        """Gate one choice's `calls`, re-asking the model (once per round, for every refused call
-        together) while the rounds last; what the client gets and how it came to be.
+    async def settle(self, dialect: Dialect, said: Said, body: dict[str, Any], headers: dict[str, str],
+                     secrets: list[bytes], started: float | None, budget: list[int]) -> Turn:
+        """Gate one model turn's calls (`said`), re-asking the model (once per round, for every
+        refused call together, shown its whole turn) while the rounds last; what the client gets
+        and how it came to be. `dialect` knows the API's shapes.
 
         `budget` is the re-asks left for the whole client request (shared by its choices)."""
-        if len(calls) > self.max_calls:
-            raise _Refused(self._failed("too_many_calls", 502, f"the upstream's answer has {len(calls)} tool calls, more "
-                                                               f"than the {self.max_calls} a reply may carry"))
-        turn = _Turn()
-        tools = body.get("tools")
-        history = _messages(body)
+        turn = Turn()
+        tools = dialect.specs(body)
+        conversation = dialect.conversation(body)
         seen: set[bytes] = set()
         ids: set[Any] = set()
-        pending = calls
         round_ = 0
         while True:
-            decisions = await self.gate.check(list(pending), tools, history, started=started)
+            if len(said.calls) > self.max_calls:
+                raise Refused(self.failed("too_many_calls", 502, f"the upstream's answer has {len(said.calls)} tool "
+                                                                 f"calls, more than the {self.max_calls} a reply may carry"))
+            _removed(said, turn)
+            pending = said.calls
+            decisions = await self.gate.check(list(pending), tools, dialect.history(body, conversation),
+                                              started=started) if pending else []
             refused: list[tuple[Any, Any]] = []
             results: list[str] = []
             for call, decision in zip(pending, decisions, strict=True):
                 self.metrics.observe_decision(decision)
-                turn.decisions.append(_decision_entry(decision, round_, call))
-                outcome = self._outcome(call, decision, turn, seen, ids)
+                turn.decisions.append(_decision_entry(decision, round_, dialect.call_id(call)))
+                outcome = self._outcome(dialect, call, decision, turn, seen, ids)
                 if decision.action == "reflect":
                     refused.append((call, decision))
                 results.append(outcome)
@@ -340,86 +451,78 @@ class Gateway:
             round_ += 1
             turn.rounds += 1
             # The model sees its whole turn: every call it made, and what became of each.
-            wire = [_wire(call, f"call_r{round_}_{i}") for i, call in enumerate(pending)]
-            history = [*history, {"role": "assistant", "content": None, "tool_calls": wire},
-                       *({"role": "tool", "tool_call_id": call["id"], "content": text}
-                         for call, text in zip(wire, results, strict=True))]
-            again = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "n")}
-            again["messages"] = history
-            again["tools"] = parse_json(body["tools"])
-            reply = await self._post(_reply_bytes(again), headers, secrets)
+            conversation, _ = dialect.extend(conversation, said, pending, results, round_)
+            reply = await self.post(self.url_for(dialect), reply_bytes(dialect.reask(body, conversation)), headers,
+                                    secrets)
             turn.usage.append(reply.get("usage"))
-            message = _first_message(reply)
-            new = _message_calls(message) if message is not None else None
-            if not new:
+            turn.reply_id = reply.get("id")
+            said = dialect.said(reply)
+            if not said.calls:
                 # The model answered in words instead (e.g. asking the user for a missing value).
-                text = message.get("content") if message is not None else None
+                _removed(said, turn)
                 for call, decision in refused:
                     turn.applied.append("reflect")
-                    turn.decisions.append({**_decision_entry(decision, round_, call), "action": "reflect",
+                    turn.decisions.append({**_decision_entry(decision, round_, dialect.call_id(call)),
+                                           "action": "reflect",
                                            "reason": "the model answered in words instead of a new call"})
-                if isinstance(text, str) and text:
-                    turn.notes.append(text)
+                if said.text:
+                    turn.notes.append(said.text)
                 return turn
-            if len(new) > self.max_calls:
-                raise _Refused(self._failed("too_many_calls", 502, f"the upstream's answer has {len(new)} tool calls, "
-                                                                   f"more than the {self.max_calls} a reply may carry"))
-            pending = new
 
-    def _outcome(self, call: Any, decision: Any, turn: _Turn, seen: set[bytes], ids: set[Any]) -> str:
+    def _outcome(self, dialect: Dialect, call: Any, decision: Any, turn: Turn, seen: set[bytes], ids: set[Any]) -> str:
         """Apply one decision to `turn`; the text the model reads about it if it is asked again."""
-        name = _quoted(decision.tool)
+        name = quoted(decision.tool)
         action = decision.action
         if action in ("allow", "modify"):
-            sent = call if action == "allow" else _as_openai(decision.call, call)
-            key = _identity(sent)
+            sent = call if action == "allow" else dialect.corrected(decision.call, call)
+            key = identity(sent)
             if key in seen:  # the model proposed a call it already has: keep the first
                 return f"The call to {name} was already accepted; do not propose it again."
             seen.add(key)
-            if isinstance(sent, dict) and sent.get("id") in ids:  # one id per call in the final reply
-                sent = {**sent, "id": f"{sent['id']}_{len(turn.calls)}"}
+            if isinstance(sent, dict) and dialect.call_id(sent) in ids:  # one id per call in the final reply
+                sent = dialect.with_id(sent, f"{dialect.call_id(sent)}_{len(turn.calls)}")
             if isinstance(sent, dict):
-                ids.add(sent.get("id"))
+                ids.add(dialect.call_id(sent))
             turn.calls.append(sent)
             turn.applied.append(action)
-            return _note(f"The call to {name} was accepted and will run when this turn ends; do not propose it again.")
+            return note(f"The call to {name} was accepted and will run when this turn ends; do not propose it again.")
         if action == "escalate":
             self._escalate(call, decision, turn)
-            return _note(f"The call to {name} is waiting for a person's approval; do not propose it again.")
+            return note(f"The call to {name} is waiting for a person's approval; do not propose it again.")
         if action == "deny":
             self._deny(decision, turn)
-            return _note(f"The call to {name} was blocked and will not run.")
+            return note(f"The call to {name} was blocked and will not run.")
         return decision.feedback or decision.reason
 
-    def _fallback(self, call: Any, decision: Any, turn: _Turn) -> None:
+    def _fallback(self, call: Any, decision: Any, turn: Turn) -> None:
         if self.upstream.reflect_fallback == "escalate":
             self._escalate(call, decision, turn)
         else:
             self._deny(decision, turn)
 
     @staticmethod
-    def _escalate(call: Any, decision: Any, turn: _Turn) -> None:
+    def _escalate(call: Any, decision: Any, turn: Turn) -> None:
         turn.applied.append("escalate")
         turn.escalated.append({"call": call, "feedback": decision.feedback, "reason": decision.reason})
-        turn.notes.append(_note(f"The call to {_quoted(decision.tool)} is waiting for a person's approval "
-                                f"({_plain(decision.reason)})."))
+        turn.notes.append(note(f"The call to {quoted(decision.tool)} is waiting for a person's approval "
+                               f"({_plain(decision.reason)})."))
 
     @staticmethod
-    def _deny(decision: Any, turn: _Turn) -> None:
+    def _deny(decision: Any, turn: Turn) -> None:
         turn.applied.append("deny")
-        turn.notes.append(_note(f"The call to {_quoted(decision.tool)} was blocked by reflection ({_plain(decision.reason)})."))
+        turn.notes.append(note(f"The call to {quoted(decision.tool)} was blocked by reflection ({_plain(decision.reason)})."))
 
     # --- streaming --------------------------------------------------------------------------
 
     async def _stream(self, raw: bytes, body: dict[str, Any], headers: dict[str, str], secrets: list[bytes],
                       started: float | None, deadline: float | None) -> Response:
-        response = await self._send(raw, {**headers, "content-type": "application/json"})
+        response = await self.send(self.url, raw, {**headers, "content-type": "application/json"})
         if isinstance(response, Response):
             return response
         if response.status != 200:
             status, upstream_headers = response.status, response.headers
-            return _unchanged(status, upstream_headers, await self._read(response), secrets)
-        keep = _downstream(response.headers)
+            return unchanged(status, upstream_headers, await self.read(response), secrets)
+        keep = downstream(response.headers)
         keep["x-reflection-gate"] = "streamed; see the reflection field on the finish chunk"
         return StreamingResponse(self._relay(response, body, headers, secrets, started, deadline), status_code=200,
                                  headers=keep, media_type="text/event-stream")
@@ -450,9 +553,9 @@ class Gateway:
                     failure = None
                 except StreamTooLarge as exc:
                     failure = f"{exc} (upstream.max_response_bytes)"
-                except _Refused as refused:
+                except Refused as refused:
                     failure = None
-                    yield _event(_error_event(refused.response))
+                    yield _event(error_event(refused.response))
                 except (TimeoutError, aiohttp.ClientError) as exc:
                     failure = f"the upstream's stream broke off: {type(exc).__name__}"
             if failure is not None:
@@ -470,14 +573,14 @@ class Gateway:
         if payload.strip() == "[DONE]":
             yield event.encode("[DONE]")
             return
-        chunk = _read_reply(payload.encode())
-        if chunk is _UNREADABLE:
-            raise _Refused(_problem(502, "the upstream sent an event that is not JSON, so the tool calls in it could "
+        chunk = read_reply(payload.encode())
+        if chunk is UNREADABLE:
+            raise Refused(problem(502, "the upstream sent an event that is not JSON, so the tool calls in it could "
                                          "not be checked"))
         if not isinstance(chunk, dict) or not isinstance(chunk.get("choices"), list) or not chunk["choices"]:
             if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict) and usage:
-                chunk["usage"] = _usage_sum(chunk["usage"], usage)  # the usage chunk: every round's
-            yield event.encode(_reply_text(chunk))
+                chunk["usage"] = usage_sum(chunk["usage"], usage)  # the usage chunk: every round's
+            yield event.encode(reply_text(chunk))
             return
         base = {k: v for k, v in chunk.items() if k != "choices"}
         for choice in chunk["choices"]:
@@ -485,7 +588,7 @@ class Gateway:
                 continue
             index = choice.get("index", 0)
             if type(index) is not int:
-                raise _Refused(_problem(502, "the upstream sent a choice whose index is not an integer"))
+                raise Refused(problem(502, "the upstream sent a choice whose index is not an integer"))
             state = choices.setdefault(index, _StreamChoice(self.max_calls))
             state.base = base
             delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
@@ -505,13 +608,13 @@ class Gateway:
         """Gate the choice's held calls together and send what comes of them, then its finish chunk."""
         state.finished = True
         base = state.base
-        turn = _Turn()
+        turn = Turn()
         calls = state.calls()
         if calls:
-            turn = await self._settle(calls, body, headers, secrets, started, budget)
+            turn = await self.settle(CHAT, Said(calls), body, headers, secrets, started, budget)
         if state.unreadable:
             turn.applied.append("deny")
-            turn.notes.append(_note("A tool call the gateway could not read was removed."))
+            turn.notes.append(note("A tool call the gateway could not read was removed."))
         for position, call in enumerate(turn.calls):
             function = call.get("function", {}) if isinstance(call, dict) else {}
             if state.legacy:
@@ -526,11 +629,11 @@ class Gateway:
                                                "finish_reason": None}]})
         if finish in ("tool_calls", "function_call") and not turn.calls:
             finish = "stop"
-        report = _report([turn])
+        summary = report([turn])
         usage.extend(turn.usage)
         if isinstance(base.get("usage"), dict):
-            base = {**base, "usage": _usage_sum(base["usage"], turn.usage)}
-        yield _event({**base, "choices": [{**out, "finish_reason": finish}], "reflection": report})
+            base = {**base, "usage": usage_sum(base["usage"], turn.usage)}
+        yield _event({**base, "choices": [{**out, "finish_reason": finish}], "reflection": summary})
 
 
 class _StreamChoice:
@@ -567,7 +670,7 @@ class _StreamChoice:
             call = self.parts.get(position)
             if call is None:
                 if len(self.parts) >= self.max_calls:
-                    raise _Refused(_problem(502, f"the upstream's answer has more than {self.max_calls} tool calls"))
+                    raise Refused(problem(502, f"the upstream's answer has more than {self.max_calls} tool calls"))
                 call = self.parts[position] = {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
             if isinstance(part.get("id"), str) and part["id"]:
                 call["id"] = part["id"]
@@ -587,127 +690,22 @@ class _StreamChoice:
 
 # --- helpers ------------------------------------------------------------------------------------
 
-_UNREADABLE: Any = object()
-
-
-def _lenient(raw: bytes) -> Any:
-    """JSON as Python's reader (and so the OpenAI SDK and most servers) reads it: NaN, Infinity
-    and lone surrogates accepted. `_UNREADABLE` when even that fails."""
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return _UNREADABLE
-
-
-def _read_reply(content: bytes) -> Any:
-    try:
-        return parse_json(content)
-    except ValueError:
-        return _lenient(content)
-
-
-def _lenient_dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
-
-
-def _reply_bytes(data: Any) -> bytes:
-    """JSON bytes; a reply read leniently (NaN, a lone surrogate) is written back the way it came."""
-    try:
-        return dumps(data).encode()
-    except (TypeError, ValueError, UnicodeEncodeError):
-        return _lenient_dumps(data).encode()
-
-
-def _reply_text(data: Any) -> str:
-    return _reply_bytes(data).decode()
-
-
 def _decompressed(raw: bytes, encoding: str, limit: int) -> bytes:
     """The request body decoded, at most `limit` bytes (a small bomb must not become a large body)."""
     if encoding not in ("gzip", "x-gzip", "deflate"):
-        raise _Refused(_problem(415, f"{_plain(encoding, 40)!r} encoding is not supported"))
+        raise Refused(problem(415, f"{_plain(encoding, 40)!r} encoding is not supported"))
     wbits = 16 + zlib.MAX_WBITS if encoding in ("gzip", "x-gzip") else zlib.MAX_WBITS
     try:
         inflater = zlib.decompressobj(wbits)
         out = inflater.decompress(raw, limit + 1)
     except zlib.error:
-        raise _Refused(_problem(400, f"the request body is not valid {encoding}")) from None
+        raise Refused(problem(400, f"the request body is not valid {encoding}")) from None
     if len(out) > limit or inflater.unconsumed_tail:
-        raise _Refused(_problem(413, f"the decoded request body is larger than {limit} bytes (service.max_body_bytes)"))
+        raise Refused(problem(413, f"the decoded request body is larger than {limit} bytes (service.max_body_bytes)"))
     return out
 
 
-def _message_calls(message: dict[str, Any]) -> list[Any] | None:
-    """The calls a reply message carries (a legacy `function_call` as one call), or None."""
-    calls = message.get("tool_calls")
-    legacy = message.get("function_call")
-    if legacy is not None:
-        call = {"id": None, "type": "function", "function": legacy, "_legacy": True}
-        calls = [*calls, call] if isinstance(calls, list) else [call]
-    if calls is None or calls == []:
-        return None
-    if not isinstance(calls, list):
-        raise _Refused(_problem(502, "the upstream's message has tool_calls that are not a list, so they could "
-                                     "not be checked"))
-    return calls
-
-
-def _messages(body: dict[str, Any]) -> list[Any]:
-    messages = body.get("messages")
-    return list(messages) if isinstance(messages, list) else []
-
-
-def _first_message(reply: dict[str, Any]) -> dict[str, Any] | None:
-    try:
-        message = reply["choices"][0]["message"]
-    except (KeyError, IndexError, TypeError):
-        return None
-    return message if isinstance(message, dict) else None
-
-
-def _wire(call: Any, fallback_id: str) -> dict[str, Any]:
-    """A call as the upstream reads it in a re-ask's history: OpenAI shape, with an id."""
-    out = {k: v for k, v in call.items() if k != "_legacy"} if isinstance(call, dict) else {"type": "function"}
-    if not isinstance(out.get("id"), str) or not out["id"]:
-        out["id"] = fallback_id
-    return out
-
-
-def _call_id(call: Any) -> Any:
-    return call.get("id") if isinstance(call, dict) else None
-
-
-def _identity(call: Any) -> bytes:
-    """What makes two calls the same call: the tool and its arguments (read, not as written)."""
-    function = call.get("function", call) if isinstance(call, dict) else {}
-    arguments = function.get("arguments") if isinstance(function, dict) else None
-    if isinstance(arguments, str):
-        parsed = _read_reply(arguments.encode())
-        arguments = arguments if parsed is _UNREADABLE else parsed
-    name = function.get("name") if isinstance(function, dict) else None
-    return _reply_bytes([name, arguments])
-
-
-def _as_openai(corrected: Any, original: Any) -> dict[str, Any]:
-    """The corrected call in the OpenAI shape, with the original call's id and arguments as JSON text."""
-    function = corrected.get("function", corrected) if isinstance(corrected, dict) else {}
-    arguments = function.get("arguments", {})
-    out = dict(original) if isinstance(original, dict) else {"type": "function"}
-    out["function"] = {"name": function.get("name"), "arguments": arguments if isinstance(arguments, str) else dumps(arguments)}
-    return out
-
-
-def _quoted(name: Any) -> str:
-    return dumps(_plain(str(name), 120) or "(no name)")
-
-
-def _note(text: str) -> str:
-    """A line the gateway writes into a conversation: remembered, so it never counts as evidence."""
-    remember(text)
-    return text
-
-
-def _apply(choice: dict[str, Any], message: dict[str, Any], turn: _Turn) -> None:
+def _apply(choice: dict[str, Any], message: dict[str, Any], turn: Turn) -> None:
     """Put the turn into the reply's message: kept calls, and text for removed ones."""
     legacy = [c for c in turn.calls if isinstance(c, dict) and c.get("_legacy")]
     calls = [c for c in turn.calls if not (isinstance(c, dict) and c.get("_legacy"))]
@@ -726,43 +724,29 @@ def _apply(choice: dict[str, Any], message: dict[str, Any], turn: _Turn) -> None
             choice["finish_reason"] = "stop"
 
 
-def _decision_entry(decision: Any, round_: int, call: Any) -> dict[str, Any]:
-    return {"round": round_, "tool": decision.tool, "call_id": _call_id(call), "action": decision.action,
+def _decision_entry(decision: Any, round_: int, call_id: Any) -> dict[str, Any]:
+    return {"round": round_, "tool": decision.tool, "call_id": call_id, "action": decision.action,
             "reason": decision.reason, "feedback": decision.feedback, "shadow_action": decision.shadow_action}
 
 
-def _report(turns: list[_Turn]) -> dict[str, Any]:
+def report(turns: list[Turn]) -> dict[str, Any]:
     return {"actions": [a for t in turns for a in t.applied], "rounds": sum(t.rounds for t in turns),
             "decisions": [d for t in turns for d in t.decisions],
             "escalated": [e for t in turns for e in t.escalated],
             "reask_usage": [u for t in turns for u in t.usage]}
 
 
-def _usage_sum(first: Any, more: list[Any]) -> Any:
-    """`first` (a Chat Completions usage) with every numeric top-level field of `more` added."""
-    if not more:
-        return first
-    out = dict(first) if isinstance(first, dict) else {}
-    for usage in more:
-        if not isinstance(usage, dict):
-            continue
-        for key, value in usage.items():
-            if type(value) is int and type(out.get(key, 0)) is int:
-                out[key] = out.get(key, 0) + value
-    return out
-
-
-def _add_usage(data: dict[str, Any], turns: list[_Turn]) -> None:
+def add_usage(data: dict[str, Any], turns: list[Turn]) -> None:
     more = [u for t in turns for u in t.usage]
     if more:
-        data["usage"] = _usage_sum(data.get("usage"), more)
+        data["usage"] = usage_sum(data.get("usage"), more)
 
 
-def _report_headers(report: dict[str, Any]) -> dict[str, str]:
+def report_headers(report: dict[str, Any]) -> dict[str, str]:
     return {"x-reflection-actions": ",".join(report["actions"]), "x-reflection-rounds": str(report["rounds"])}
 
 
-def _downstream(headers: Any, *, keep_encoding: bool = False) -> dict[str, str]:
+def downstream(headers: Any, *, keep_encoding: bool = False) -> dict[str, str]:
     """The upstream's headers the client may get: not hop-by-hop ones (nor those `Connection`
     names), not those the gateway owns (its `x-reflection-*` report, cookies, HSTS, CORS)."""
     named = {token.strip().lower() for value in headers.getall("connection", []) for token in value.split(",")} \
@@ -783,7 +767,7 @@ def _secrets(headers: Mapping[str, str], out_headers: Mapping[str, str]) -> list
     """The keys in play on this request (the client's and the upstream's), to redact from what the upstream says."""
     found = []
     for value in (headers.get("authorization"), headers.get(AUTH_HEADER), headers.get("x-api-key"),
-                  out_headers.get("authorization")):
+                  out_headers.get("authorization"), out_headers.get("x-api-key")):
         if value:
             token = value.partition(" ")[2] if value.lower().startswith("bearer ") else value
             if len(token.strip()) >= 8:
@@ -791,11 +775,11 @@ def _secrets(headers: Mapping[str, str], out_headers: Mapping[str, str]) -> list
     return found
 
 
-def _unchanged(status: int, headers: Any, content: bytes, secrets: list[bytes]) -> Response:
+def unchanged(status: int, headers: Any, content: bytes, secrets: list[bytes]) -> Response:
     """The upstream's answer with its status and body (keys redacted), without headers the gateway owns."""
     for secret in secrets:
         content = content.replace(secret, b"[redacted]")
-    out = _downstream(headers)
+    out = downstream(headers)
     for key, value in list(out.items()):
         raw = value.encode("latin-1", "replace")
         if any(secret in raw for secret in secrets):
@@ -803,10 +787,10 @@ def _unchanged(status: int, headers: Any, content: bytes, secrets: list[bytes]) 
     return Response(content, status_code=status, headers=out)
 
 
-def _error_event(response: Response) -> dict[str, Any]:
+def error_event(response: Response) -> dict[str, Any]:
     """What ends a stream that cannot go on: the upstream's own error object when it sent one
     (a 429 on a re-ask), else the gateway's reason, in the shape the SDKs raise on."""
-    data = _read_reply(bytes(response.body))
+    data = read_reply(bytes(response.body))
     if isinstance(data, dict) and isinstance(data.get("error"), dict):
         return {"error": {**data["error"], "status": response.status_code}}
     detail = data.get("detail") if isinstance(data, dict) else None
@@ -814,9 +798,5 @@ def _error_event(response: Response) -> dict[str, Any]:
                       "type": "reflection_gateway_error", "code": None, "status": response.status_code}}
 
 
-def _problem(status: int, detail: str) -> Response:
-    return Response(dumps({"detail": detail}), status_code=status, media_type="application/json")
-
-
 def _event(chunk: Any) -> bytes:
-    return b"data: " + _reply_bytes(chunk) + b"\n\n"
+    return b"data: " + reply_bytes(chunk) + b"\n\n"

@@ -1,9 +1,12 @@
-"""A stand-in model endpoint for the gateway: scripted Chat Completions replies with tool calls.
+"""A stand-in model endpoint for the gateway: scripted Chat Completions, Responses API and
+Anthropic Messages replies with tool calls.
 
-It serves `POST /v1/chat/completions` (plain and `stream: true`) and `GET /v1/models` on
-127.0.0.1 only, and stops by itself after `idle_timeout` seconds without a request. The reply
-is chosen by the request's `model`: `script[model]` is a list of replies, and the reply used
-is the one at the index of the number of `tool` messages in the request (clamped to the last),
+It serves `POST /v1/chat/completions`, `POST /v1/responses` and `POST /v1/messages` (each plain
+and `stream: true`, in that API's own shapes and events) and `GET /v1/models` on 127.0.0.1
+only, and stops by itself after `idle_timeout` seconds without a request. The reply is chosen
+by the request's `model`: `script[model]` is a list of replies, and the reply used
+is the one at the index of the number of tool results in the request (`tool` messages,
+`function_call_output` items, `tool_result` blocks; clamped to the last),
 so a model re-asked with feedback for a refused call gives the next scripted reply. A reply is
 
     {"content": "text" | None, "tool_calls": [{"name": ..., "arguments": {...} or "raw text"}]}
@@ -38,7 +41,8 @@ import orjson
 
 from reflection.testing._protocol import BackgroundServer
 
-__all__ = ["StandInModel", "completion_chunks", "completion_reply"]
+__all__ = ["StandInModel", "completion_chunks", "completion_reply", "messages_events", "messages_reply",
+           "responses_events", "responses_reply"]
 
 
 def _arguments_text(arguments: Any) -> str:
@@ -94,6 +98,119 @@ def completion_chunks(model: str, reply: dict[str, Any], serial: int, *, include
     return out
 
 
+def _responses_usage() -> dict[str, Any]:
+    return {"input_tokens": 20, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 10,
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 30}
+
+
+def responses_reply(model: str, reply: dict[str, Any], serial: int, *, status: str = "completed",
+                    output: bool = True) -> dict[str, Any]:
+    """A Responses API `response` object for a scripted reply: a message item with the text, then
+    one `function_call` item per call."""
+    items: list[dict[str, Any]] = []
+    if reply.get("content") and output:
+        items.append({"type": "message", "id": f"msg_{serial}", "status": "completed", "role": "assistant",
+                      "content": [{"type": "output_text", "text": reply["content"], "annotations": [], "logprobs": []}]})
+    if output:
+        items += [{"type": "function_call", "id": f"fc_{serial}_{i}", "call_id": f"call_{serial}_{i}",
+                   "name": call["name"], "arguments": _arguments_text(call.get("arguments", {})), "status": "completed"}
+                  for i, call in enumerate(reply.get("tool_calls") or [])]
+    return {"id": f"resp_standin_{serial}", "object": "response", "created_at": int(time.time()), "status": status,
+            "model": model, "output": items, "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+            "temperature": 1.0, "top_p": 1.0, "error": None, "incomplete_details": None, "instructions": None,
+            "metadata": {}, "text": {"format": {"type": "text"}}, "truncation": "disabled",
+            "usage": _responses_usage() if status == "completed" else None}
+
+
+def responses_events(model: str, reply: dict[str, Any], serial: int) -> list[dict[str, Any]]:
+    """The events the Responses API streams for a scripted reply: the message's text word by word,
+    then each call as `output_item.added`, its arguments in three deltas, `.done`, `output_item.done`."""
+    final = responses_reply(model, reply, serial)
+    out: list[dict[str, Any]] = [
+        {"type": "response.created", "response": responses_reply(model, reply, serial, status="in_progress", output=False)},
+        {"type": "response.in_progress", "response": responses_reply(model, reply, serial, status="in_progress",
+                                                                     output=False)},
+    ]
+    for index, item in enumerate(final["output"]):
+        if item["type"] == "message":
+            part = item["content"][0]
+            common = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            out.append({"type": "response.output_item.added", "output_index": index,
+                        "item": {**item, "status": "in_progress", "content": []}})
+            out.append({"type": "response.content_part.added", **common, "part": {**part, "text": ""}})
+            words = part["text"].split(" ")
+            out += [{"type": "response.output_text.delta", **common, "delta": word if i == 0 else " " + word,
+                     "logprobs": []} for i, word in enumerate(words)]
+            out.append({"type": "response.output_text.done", **common, "text": part["text"], "logprobs": []})
+            out.append({"type": "response.content_part.done", **common, "part": part})
+        else:
+            text = item["arguments"]
+            step = max(1, -(-len(text) // 3))
+            common = {"item_id": item["id"], "output_index": index}
+            out.append({"type": "response.output_item.added", "output_index": index,
+                        "item": {**item, "arguments": "", "status": "in_progress"}})
+            out += [{"type": "response.function_call_arguments.delta", **common, "delta": text[j:j + step]}
+                    for j in range(0, len(text), step)]
+            out.append({"type": "response.function_call_arguments.done", **common, "name": item["name"],
+                        "arguments": text})
+        out.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    out.append({"type": "response.completed", "response": final})
+    return [{**event, "sequence_number": i} for i, event in enumerate(out)]
+
+
+def messages_reply(model: str, reply: dict[str, Any], serial: int) -> dict[str, Any]:
+    """An Anthropic Messages `message` for a scripted reply: a text block, then one `tool_use` block per call."""
+    content: list[dict[str, Any]] = []
+    if reply.get("content"):
+        content.append({"type": "text", "text": reply["content"]})
+    calls = reply.get("tool_calls") or []
+    content += [{"type": "tool_use", "id": f"toolu_{serial}_{i}", "name": call["name"], "input": call.get("arguments", {})}
+                for i, call in enumerate(calls)]
+    return {"id": f"msg_standin_{serial}", "type": "message", "role": "assistant", "model": model, "content": content,
+            "stop_reason": "tool_use" if calls else "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": 20, "output_tokens": 10}}
+
+
+def messages_events(model: str, reply: dict[str, Any], serial: int) -> list[dict[str, Any]]:
+    """The events Anthropic streams for a scripted reply: text word by word, each `tool_use` block's
+    input in three `input_json_delta` parts, then `message_delta` (the stop) and `message_stop`."""
+    final = messages_reply(model, reply, serial)
+    out: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {**final, "content": [], "stop_reason": None,
+                                              "usage": {"input_tokens": 20, "output_tokens": 1}}},
+        {"type": "ping"},
+    ]
+    for index, block in enumerate(final["content"]):
+        if block["type"] == "text":
+            out.append({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}})
+            words = block["text"].split(" ")
+            out += [{"type": "content_block_delta", "index": index,
+                     "delta": {"type": "text_delta", "text": word if i == 0 else " " + word}} for i, word in enumerate(words)]
+        else:
+            text = _arguments_text(block["input"])
+            step = max(1, -(-len(text) // 3))
+            out.append({"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}})
+            out += [{"type": "content_block_delta", "index": index,
+                     "delta": {"type": "input_json_delta", "partial_json": text[j:j + step]}}
+                    for j in range(0, len(text), step)]
+        out.append({"type": "content_block_stop", "index": index})
+    out.append({"type": "message_delta", "delta": {"stop_reason": final["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": 10}})
+    out.append({"type": "message_stop"})
+    return out
+
+
+def _results(body: dict[str, Any], api: str) -> int:
+    """How many tool results the request carries: the round of a re-asked model."""
+    if api == "chat":
+        return sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "tool")
+    if api == "responses":
+        items = body.get("input") if isinstance(body.get("input"), list) else []
+        return sum(1 for item in items if isinstance(item, dict) and item.get("type") == "function_call_output")
+    return sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and isinstance(m.get("content"), list)
+               for block in m["content"] if isinstance(block, dict) and block.get("type") == "tool_result")
+
+
 class StandInModel(BackgroundServer):
     """The stand-in model server on a background thread (context manager), or `serve()` in a loop."""
 
@@ -139,7 +256,7 @@ class StandInModel(BackgroundServer):
         async def models(request: Request) -> Response:
             return JSONResponse({"object": "list", "data": [{"id": name, "object": "model"} for name in self.script]})
 
-        async def chat(request: Request) -> Response:
+        async def answer(request: Request, api: str) -> Response:
             self._last_request = time.monotonic()
             raw = await request.body()
             try:
@@ -153,29 +270,48 @@ class StandInModel(BackgroundServer):
                 await asyncio.sleep(self.latency)
             model = str(body.get("model"))
             replies = self.script.get(model) or [{"content": "ok"}]
-            rounds = sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "tool")
-            reply = replies[min(rounds, len(replies) - 1)]
+            reply = replies[min(_results(body, api), len(replies) - 1)]
             if reply.get("delay"):
                 await asyncio.sleep(reply["delay"])
             if "status" in reply:
-                return JSONResponse({"error": reply.get("error", {"message": "scripted error"})},
-                                    status_code=reply["status"], headers=reply.get("headers"))
+                error = reply.get("error", {"message": "scripted error"})
+                payload = {"type": "error", "error": error} if api == "messages" else {"error": error}
+                return JSONResponse(payload, status_code=reply["status"], headers=reply.get("headers"))
             serial = next(self._serial)
-            if not body.get("stream"):
-                return Response(orjson.dumps(completion_reply(model, reply, serial)), media_type="application/json")
-            usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            chunks = completion_chunks(model, reply, serial, include_usage=usage)
+            if api == "chat":
+                if not body.get("stream"):
+                    return Response(orjson.dumps(completion_reply(model, reply, serial)), media_type="application/json")
+                usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                chunks = completion_chunks(model, reply, serial, include_usage=usage)
+                frames = [b"data: " + orjson.dumps(item) + b"\n\n" for item in chunks] + [b"data: [DONE]\n\n"]
+            else:
+                plain, streamed = (responses_reply, responses_events) if api == "responses" else \
+                    (messages_reply, messages_events)
+                if not body.get("stream"):
+                    return Response(orjson.dumps(plain(model, reply, serial)), media_type="application/json")
+                frames = [f"event: {item['type']}\ndata: ".encode() + orjson.dumps(item) + b"\n\n"
+                          for item in streamed(model, reply, serial)]
 
             async def events() -> AsyncIterator[bytes]:
-                for item in chunks:
-                    yield b"data: " + orjson.dumps(item) + b"\n\n"
+                for frame in frames:
+                    yield frame
                     if self.chunk_delay:
                         await asyncio.sleep(self.chunk_delay)
-                yield b"data: [DONE]\n\n"
 
             return StreamingResponse(events(), media_type="text/event-stream")
 
-        return Starlette(routes=[Route("/v1/models", models), Route("/v1/chat/completions", chat, methods=["POST"])])
+        async def chat(request: Request) -> Response:
+            return await answer(request, "chat")
+
+        async def responses(request: Request) -> Response:
+            return await answer(request, "responses")
+
+        async def messages(request: Request) -> Response:
+            return await answer(request, "messages")
+
+        return Starlette(routes=[Route("/v1/models", models), Route("/v1/chat/completions", chat, methods=["POST"]),
+                                 Route("/v1/responses", responses, methods=["POST"]),
+                                 Route("/v1/messages", messages, methods=["POST"])])
 
     async def serve(self) -> None:
         """Serve until stopped or idle for `idle_timeout` seconds."""

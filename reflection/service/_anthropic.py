@@ -1,0 +1,301 @@
+"""The gateway's Anthropic Messages API: `POST /v1/messages` forwarded to `{upstream.anthropic_base_url}/messages`.
+
+- Every `tool_use` block is gated with the request's `messages` (and `system`) as history and its
+  `tools` (`input_schema`) as specs (Anthropic's own tools without a schema, such as
+  `web_search_20250305` or `bash_20250124`, are not specs: a `tool_use` naming one is checked as
+  a call to a tool the specs do not hold). `allow`, `modify` (the verified correction, same id),
+  `reflect` (the model is asked again, once per round for every refused call together: the
+  original messages, the reply's content as the assistant turn, and a user turn with one
+  `tool_result` per call saying what became of it, up to `upstream.max_reflect_rounds`), `deny`
+  and `escalate` as on the Chat Completions route.
+- Content blocks the gateway cannot check (a type it does not know) are removed and a note says
+  so; text, thinking and what the provider ran itself (`server_tool_use`, its results) pass.
+- The final content is the passed blocks in order, the gateway's note (one text block) if any,
+  then the accepted `tool_use` blocks; `stop_reason` `tool_use` becomes `end_turn` when no call
+  is left. The message carries a `reflection` field and the `X-Reflection-*` headers; `usage`
+  adds up every round.
+- `stream: true`: text (and other passed blocks) flow as they come, their `index` renumbered;
+  every `tool_use` block is held, its `input_json_delta` parts buffered, until `message_delta`
+  (the message's stop), then the calls are gated together and sent whole
+  (`content_block_start`, one `input_json_delta`, `content_block_stop`) with consistent block
+  indexes; `message_delta` carries the `reflection` field. An event the gateway cannot read,
+  one for a block never started, or a stream that ends before the message's stop ends with an
+  `error` event: no call passes.
+- Keys: Anthropic's key header is `x-api-key`, which the service also accepts as its own key
+  (LiteLLM sends it there). A client's `x-api-key` is forwarded unless it was the service key;
+  with service keys configured, Anthropic clients send the service key in `x-reflection-api-key`
+  and their Anthropic key in `x-api-key`, or the gateway holds the Anthropic key
+  (`upstream.anthropic_api_key_env`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import anyio
+from starlette.responses import Response, StreamingResponse
+
+from reflection.service._dialects import (
+    ANTHROPIC,
+    ANTHROPIC_PASSED,
+    UNREADABLE,
+    Refused,
+    Said,
+    problem,
+    read_reply,
+    reply_bytes,
+    reply_text,
+    usage_sum,
+)
+from reflection.service._sse import Event, StreamTooLarge, events
+
+if TYPE_CHECKING:
+    from reflection.service.gateway import Call, Turn
+
+__all__ = ["DIALECT", "answer"]
+
+DIALECT = ANTHROPIC
+
+
+async def answer(call: Call, raw: bytes) -> Response:
+    """Answer one `POST /v1/messages` with tools (plain or streamed)."""
+    from reflection.service.gateway import add_usage, downstream, report, report_headers, unchanged
+
+    gateway = call.gateway
+    response = await gateway.send(gateway.url_for(DIALECT), raw, {**call.headers, "content-type": "application/json"})
+    if isinstance(response, Response):
+        return response
+    if response.status != 200:
+        status, headers = response.status, response.headers
+        return unchanged(status, headers, await gateway.read(response), call.secrets)
+    if call.body.get("stream"):
+        keep = downstream(response.headers)
+        keep["x-reflection-gate"] = "streamed; see the reflection field on message_delta"
+        return StreamingResponse(_relay(call, response), status_code=200, headers=keep,
+                                 media_type="text/event-stream")
+    upstream_headers = response.headers
+    data = read_reply(await gateway.read(response))
+    if not isinstance(data, dict):
+        return gateway.failed("unreadable", 502, "the upstream's answer is not a JSON object, so the tool calls in "
+                                                 "it could not be checked")
+    said = DIALECT.said(data)
+    turns: list[Turn] = []
+    if said.calls or said.removed:
+        turn = await gateway.settle(DIALECT, said, call.body, call.headers, call.secrets, call.started,
+                                    [gateway.upstream.max_reflect_rounds])
+        turns.append(turn)
+        data["content"] = _final_content(_passed(said.turn), turn)
+        if data.get("stop_reason") == "tool_use" and not turn.calls:
+            data["stop_reason"] = "end_turn"
+    out = report(turns)
+    add_usage(data, turns)
+    data["reflection"] = out
+    return Response(reply_bytes(data), status_code=200, headers={**downstream(upstream_headers), **report_headers(out)},
+                    media_type="application/json")
+
+
+def _passed(content: Any) -> list[Any]:
+    return [block for block in content if isinstance(block, dict) and block.get("type") in ANTHROPIC_PASSED]
+
+
+def _final_content(passed: list[Any], turn: Turn) -> list[Any]:
+    """The passed blocks in order, the gateway's note, then the accepted calls."""
+    notes = [{"type": "text", "text": "\n".join(turn.notes)}] if turn.notes else []
+    return [*passed, *notes, *turn.calls]
+
+
+class _Held:
+    """One streamed message: passed blocks by their new index, the blocks held (tool_use being
+    assembled from its JSON parts, and blocks the gateway cannot check)."""
+
+    def __init__(self, max_calls: int) -> None:
+        self.max_calls = max_calls
+        self.index: dict[int, int] = {}
+        """Upstream block index -> the index the client sees, for passed blocks."""
+        self.passed: list[dict[str, Any]] = []
+        self.held: dict[int, dict[str, Any]] = {}
+        self.parts: dict[int, list[str]] = {}
+        """Block index -> its `input_json_delta` parts (held and passed blocks alike)."""
+        self.texts: dict[tuple[int, str], list[str]] = {}
+        """(block index, "text" or "thinking") -> its text parts."""
+        self.start_usage: dict[str, Any] = {}
+        self.stopped = False
+
+    def said(self) -> Said:
+        blocks = [self.held[i] for i in sorted(self.held)]
+        calls = [block for block in blocks if block.get("type") == "tool_use"]
+        removed = [str(block.get("type")) for block in blocks if block.get("type") != "tool_use"]
+        return Said(calls, [*self.passed, *calls], None, removed)
+
+
+def _index(data: dict[str, Any]) -> int:
+    index = data.get("index")
+    if type(index) is not int or index < 0:
+        raise Refused(problem(502, "the upstream sent an event whose block index is not a non-negative integer"))
+    return index
+
+
+def _sse(data: dict[str, Any]) -> bytes:
+    return f"event: {data['type']}\ndata: ".encode() + reply_bytes(data) + b"\n\n"
+
+
+def _error(error: dict[str, Any]) -> bytes:
+    """An `error` event as Anthropic sends one (the SDK raises on it)."""
+    return _sse({"type": "error", "error": {"type": error.get("type") or "api_error",
+                                            "message": str(error.get("message") or "the stream could not go on")}})
+
+
+async def _relay(call: Call, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The upstream's events, with every tool_use block held until the message stops, then gated."""
+    from reflection.service.gateway import error_event
+
+    gateway = call.gateway
+    state = _Held(gateway.max_calls)
+    remaining = max(0.0, call.deadline - time.monotonic() - 0.25) if call.deadline is not None else float("inf")
+    limit = gateway.upstream.max_response_bytes
+    failure: str | None = "the upstream's stream did not finish in time (the request's deadline)"
+    try:
+        with anyio.move_on_after(remaining):
+            try:
+                async for event in events(response.content.iter_any(), max_bytes=limit, max_total=limit):
+                    async for out in _relay_event(call, state, event):
+                        yield out
+                failure = None
+                if not state.stopped and (state.held or state.passed):
+                    failure = "the upstream's stream ended before the message stopped; its tool calls were not passed on"
+            except StreamTooLarge as exc:
+                failure = f"{exc} (upstream.max_response_bytes)"
+            except Refused as refused:
+                failure = None
+                yield _error(error_event(refused.response)["error"])
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                failure = f"the upstream's stream broke off: {type(exc).__name__}"
+        if failure is not None:
+            yield _error({"type": "api_error", "message": failure})
+    finally:
+        response.release()
+
+
+async def _relay_event(call: Call, state: _Held, event: Event) -> AsyncIterator[bytes]:
+    if event.data is None:
+        yield event.encode()  # comments
+        return
+    data = read_reply(event.data.encode())
+    if data is UNREADABLE or not isinstance(data, dict) or not isinstance(data.get("type"), str):
+        raise Refused(problem(502, "the upstream sent an event that is not a Messages event, so the tool calls in it "
+                                   "could not be checked"))
+    kind = data["type"]
+    if kind == "message_start":
+        message = data.get("message") if isinstance(data.get("message"), dict) else {}
+        state.start_usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
+        data["message"] = {**message, "content": []}  # calls only ever come whole
+        yield _sse(data)
+        return
+    if kind == "message_delta" or (kind == "message_stop" and not state.stopped):
+        if not state.stopped:
+            state.stopped = True
+            async for out in _finish(call, state, data if kind == "message_delta" else None):
+                yield out
+        if kind == "message_delta":
+            return
+    if kind in ("message_stop", "ping", "error") or not kind.startswith("content_block_"):
+        yield _sse(data)
+        return
+    if state.stopped:
+        raise Refused(problem(502, "the upstream sent a content block after the message stopped"))
+    index = _index(data)
+    if kind == "content_block_start":
+        block = data.get("content_block")
+        if not isinstance(block, dict):
+            raise Refused(problem(502, "the upstream started a content block that is not an object"))
+        if index in state.index or index in state.held:
+            raise Refused(problem(502, "the upstream started one content block index twice"))
+        if block.get("type") not in ANTHROPIC_PASSED:
+            if len(state.held) >= state.max_calls:
+                raise Refused(problem(502, f"the upstream's answer has more than {state.max_calls} tool calls"))
+            state.held[index] = dict(block)
+            return
+        state.index[index] = len(state.passed)
+        state.passed.append(dict(block))
+    elif index not in state.index and index not in state.held:
+        raise Refused(problem(502, "the upstream sent an event for a content block it never started"))
+    delta = data.get("delta") if isinstance(data.get("delta"), dict) else {}
+    if kind == "content_block_delta":
+        _take(state, index, delta)
+    elif kind == "content_block_stop":
+        _settle_block(state, index)
+    if index in state.held:
+        return
+    data["index"] = state.index[index]
+    yield _sse(data)
+
+
+_TEXT_DELTAS = {"text_delta": "text", "thinking_delta": "thinking"}
+
+
+def _take(state: _Held, index: int, delta: dict[str, Any]) -> None:
+    """Keep one delta's part for the block it belongs to (joined when the block stops: the block
+    whole is what a re-ask shows the model as its turn)."""
+    kind = delta.get("type")
+    if kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+        state.parts.setdefault(index, []).append(delta["partial_json"])
+    elif kind in _TEXT_DELTAS and isinstance(delta.get(_TEXT_DELTAS[kind]), str):
+        state.texts.setdefault((index, _TEXT_DELTAS[kind]), []).append(delta[_TEXT_DELTAS[kind]])
+    elif kind == "signature_delta" and isinstance(delta.get("signature"), str):
+        (state.held.get(index) or state.passed[state.index[index]])["signature"] = delta["signature"]
+
+
+def _settle_block(state: _Held, index: int) -> None:
+    """Join a block's parts into it: its text, its thinking, its input (JSON that is not an object
+    stays text, which the gate refuses as unreadable arguments)."""
+    block = state.held.get(index) or state.passed[state.index[index]]
+    for field in _TEXT_DELTAS.values():
+        parts = state.texts.pop((index, field), None)
+        if parts is not None:
+            block[field] = (block.get(field) or "") + "".join(parts)
+    if index in state.parts:
+        text = "".join(state.parts.pop(index))
+        parsed = read_reply(text.encode()) if text.strip() else block.get("input", {})
+        block["input"] = parsed if isinstance(parsed, dict) else text
+
+
+async def _finish(call: Call, state: _Held, data: dict[str, Any] | None) -> AsyncIterator[bytes]:
+    """Gate the held calls, send what comes of them whole, then the message_delta with the report."""
+    from reflection.service.gateway import Turn, report
+
+    gateway = call.gateway
+    for index in {*state.parts, *(index for index, _ in state.texts)}:  # blocks never stopped: their parts as they are
+        _settle_block(state, index)
+    said = state.said()
+    turn = Turn()
+    if said.calls or said.removed:
+        turn = await gateway.settle(DIALECT, said, call.body, call.headers, call.secrets, call.started,
+                                    [gateway.upstream.max_reflect_rounds])
+    position = len(state.passed)
+    if turn.notes:
+        text = "\n".join(turn.notes)
+        yield _sse({"type": "content_block_start", "index": position, "content_block": {"type": "text", "text": ""}})
+        yield _sse({"type": "content_block_delta", "index": position, "delta": {"type": "text_delta", "text": text}})
+        yield _sse({"type": "content_block_stop", "index": position})
+        position += 1
+    for block in turn.calls:
+        arguments = block.get("input")
+        yield _sse({"type": "content_block_start", "index": position, "content_block": {**block, "input": {}}})
+        yield _sse({"type": "content_block_delta", "index": position,
+                    "delta": {"type": "input_json_delta", "partial_json": reply_text(arguments)}})
+        yield _sse({"type": "content_block_stop", "index": position})
+        position += 1
+    if data is None:
+        data = {"type": "message_delta", "delta": {"stop_reason": "tool_use" if turn.calls else "end_turn",
+                                                   "stop_sequence": None}, "usage": {}}
+    delta = data.get("delta") if isinstance(data.get("delta"), dict) else {}
+    if delta.get("stop_reason") == "tool_use" and not turn.calls:
+        data["delta"] = {**delta, "stop_reason": "end_turn"}
+    if turn.usage:
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        data["usage"] = usage_sum({**state.start_usage, **usage}, turn.usage)
+    data["reflection"] = report([turn])
+    yield _sse(data)

@@ -1,0 +1,409 @@
+"""What the gateway needs to know about each API it speaks, and nothing about transport.
+
+The gateway's settling of a reply's calls (gate them, write back what was accepted, re-ask the
+model about what was refused, bounded rounds) is one loop for every API. What differs is the
+shape: where the calls sit in a reply, which history and specs the gate reads, how a re-ask
+request shows the model its turn and what became of each call, and how a call is written back
+in its own shape. A `Dialect` answers exactly those questions for one API (Chat Completions,
+the Responses API, Anthropic Messages); the reading of foreign call and history shapes for
+the gate itself stays in `reflection.formats`.
+
+Also here: the small helpers the gateway's modules share (refusals, lenient JSON as the
+clients' readers accept it, the gate's remembered notes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from starlette.responses import Response
+
+from reflection._json import dumps, parse_json
+from reflection._own_words import remember
+from reflection.model import _plain
+
+__all__ = ["ANTHROPIC", "CHAT", "UNREADABLE", "AnthropicDialect", "ChatDialect", "Dialect", "Refused",
+           "ResponsesDialect", "Said", "first_message", "identity", "input_items", "lenient", "lenient_dumps", "message_calls", "note", "problem", "quoted",
+           "read_reply", "reply_bytes", "reply_text", "usage_sum"]
+
+
+class Refused(Exception):
+    """The upstream's answer cannot be passed on: `response` is what the client gets instead."""
+
+    def __init__(self, response: Response):
+        super().__init__()
+        self.response = response
+
+
+def problem(status: int, detail: str) -> Response:
+    """The gateway's own error answer."""
+    return Response(dumps({"detail": detail}), status_code=status, media_type="application/json")
+
+
+UNREADABLE: Any = object()
+
+
+def lenient(raw: bytes) -> Any:
+    """JSON as Python's reader (and so the OpenAI SDK and most servers) reads it: NaN, Infinity
+    and lone surrogates accepted. `UNREADABLE` when even that fails."""
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return UNREADABLE
+
+
+def read_reply(content: bytes) -> Any:
+    """An upstream answer's JSON, strict first, then as the clients' readers accept it."""
+    try:
+        return parse_json(content)
+    except ValueError:
+        return lenient(content)
+
+
+def lenient_dumps(value: Any) -> str:
+    """JSON text for what `lenient` read (NaN, lone surrogates written back as they came)."""
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+
+
+def reply_bytes(data: Any) -> bytes:
+    """JSON bytes; a reply read leniently (NaN, a lone surrogate) is written back the way it came."""
+    try:
+        return dumps(data).encode()
+    except (TypeError, ValueError, UnicodeEncodeError):
+        return lenient_dumps(data).encode()
+
+
+def reply_text(data: Any) -> str:
+    """`reply_bytes` as text."""
+    return reply_bytes(data).decode()
+
+
+def quoted(name: Any) -> str:
+    """A model-supplied name as a bounded, quoted plain string."""
+    return dumps(_plain(str(name), 120) or "(no name)")
+
+
+def note(text: str) -> str:
+    """A line the gateway writes into a conversation: remembered, so it never counts as evidence."""
+    remember(text)
+    return text
+
+
+def identity(call: Any) -> bytes:
+    """What makes two calls the same call: the tool and its arguments (read, not as written), in
+    any of the shapes (`function.arguments`, `arguments`, Anthropic's `input`)."""
+    function = call.get("function", call) if isinstance(call, dict) else {}
+    if not isinstance(function, dict):
+        function = {}
+    arguments = function.get("arguments", function.get("input"))
+    if isinstance(arguments, str):
+        parsed = read_reply(arguments.encode())
+        arguments = arguments if parsed is UNREADABLE else parsed
+    return reply_bytes([function.get("name"), arguments])
+
+
+def usage_sum(first: Any, more: list[Any]) -> Any:
+    """`first` (a usage object) with every integer top-level field of `more` added."""
+    if not more:
+        return first
+    out = dict(first) if isinstance(first, dict) else {}
+    for usage in more:
+        if not isinstance(usage, dict):
+            continue
+        for key, value in usage.items():
+            if type(value) is int and type(out.get(key, 0)) is int:
+                out[key] = out.get(key, 0) + value
+    return out
+
+
+@dataclasses.dataclass
+class Said:
+    """One model turn as the gateway reads it: the calls to gate, the whole turn in the API's
+    shape (for a re-ask: the model sees what it said), its text, and the types of the call-like
+    items the gateway cannot check (removed, and said so)."""
+
+    calls: list[Any]
+    turn: Any = None
+    text: str | None = None
+    removed: list[str] = dataclasses.field(default_factory=list)
+
+
+class Dialect:
+    """One API's shapes. Subclasses answer each question; instances may carry per-request state
+    (the Responses API's earlier turns)."""
+
+    path = ""
+    """The upstream path, after the base URL."""
+
+    def specs(self, body: dict[str, Any]) -> Any:
+        """The tool specs the gate checks against (JSON text, as the request had them)."""
+        return body.get("tools")
+
+    def conversation(self, body: dict[str, Any]) -> list[Any]:
+        """The request's conversation in the API's shape: what a re-ask extends."""
+        raise NotImplementedError
+
+    def history(self, body: dict[str, Any], conversation: list[Any]) -> list[Any]:
+        """What the gate reads as the conversation (system text first where the API keeps it apart)."""
+        return conversation
+
+    def said(self, reply: dict[str, Any]) -> Said:
+        """The calls and the turn of a (re-ask's) reply. Raises `Refused` for one that cannot be read
+        (the number of calls is bounded by the caller)."""
+        raise NotImplementedError
+
+    def extend(self, conversation: list[Any], said: Said, calls: list[Any], results: list[str],
+               round_: int) -> tuple[list[Any], list[Any]]:
+        """The conversation with the model's turn and one result per call added (what the model
+        reads on a re-ask), and `calls` as written there (ids filled in)."""
+        raise NotImplementedError
+
+    def reask(self, body: dict[str, Any], conversation: list[Any]) -> dict[str, Any]:
+        """The re-ask request: the client's request, not streamed, with `conversation`."""
+        raise NotImplementedError
+
+    def corrected(self, corrected: Any, original: Any) -> Any:
+        """The gate's verified correction in the call's own shape, keeping the original's ids."""
+        out = dict(corrected) if isinstance(corrected, dict) else {}
+        for key in ("id", "call_id", "type"):
+            if isinstance(original, dict) and key in original:
+                out[key] = original[key]
+        return out
+
+    def call_id(self, call: Any) -> Any:
+        """The id a result refers the call by."""
+        return call.get("id") if isinstance(call, dict) else None
+
+    def with_id(self, call: dict[str, Any], call_id: str) -> dict[str, Any]:
+        """`call` under another id (one id per call in a final reply)."""
+        return {**call, "id": call_id}
+
+
+def _reask_body(body: dict[str, Any], key: str, conversation: list[Any]) -> dict[str, Any]:
+    again = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "n")}
+    again[key] = conversation
+    if isinstance(body.get("tools"), (bytes, str)):  # kept as JSON text for the gate's spec cache
+        again["tools"] = parse_json(body["tools"])
+    return again
+
+
+# --- Chat Completions -------------------------------------------------------------------------
+
+
+class ChatDialect(Dialect):
+    """Chat Completions: `message.tool_calls` (and a legacy `function_call`), `messages`, `tool` results."""
+
+    path = "/chat/completions"
+
+    def conversation(self, body: dict[str, Any]) -> list[Any]:
+        messages = body.get("messages")
+        return list(messages) if isinstance(messages, list) else []
+
+    def said(self, reply: dict[str, Any]) -> Said:
+        message = first_message(reply)
+        calls = message_calls(message) if message is not None else None
+        text = message.get("content") if message is not None else None
+        return Said(calls or [], message, text if isinstance(text, str) else None)
+
+    def extend(self, conversation: list[Any], said: Said, calls: list[Any], results: list[str],
+               round_: int) -> tuple[list[Any], list[Any]]:
+        wire = [_wire(call, f"call_r{round_}_{i}") for i, call in enumerate(calls)]
+        return [*conversation, {"role": "assistant", "content": None, "tool_calls": wire},
+                *({"role": "tool", "tool_call_id": call["id"], "content": text}
+                  for call, text in zip(wire, results, strict=True))], wire
+
+    def reask(self, body: dict[str, Any], conversation: list[Any]) -> dict[str, Any]:
+        return _reask_body(body, "messages", conversation)
+
+    def corrected(self, corrected: Any, original: Any) -> dict[str, Any]:
+        """The corrected call in the OpenAI shape, with the original call's id and arguments as JSON text."""
+        function = corrected.get("function", corrected) if isinstance(corrected, dict) else {}
+        arguments = function.get("arguments", {})
+        out = dict(original) if isinstance(original, dict) else {"type": "function"}
+        out["function"] = {"name": function.get("name"),
+                           "arguments": arguments if isinstance(arguments, str) else dumps(arguments)}
+        return out
+
+
+def message_calls(message: dict[str, Any]) -> list[Any] | None:
+    """The calls a Chat Completions message carries (a legacy `function_call` as one call), or None."""
+    calls = message.get("tool_calls")
+    legacy = message.get("function_call")
+    if legacy is not None:
+        call = {"id": None, "type": "function", "function": legacy, "_legacy": True}
+        calls = [*calls, call] if isinstance(calls, list) else [call]
+    if calls is None or calls == []:
+        return None
+    if not isinstance(calls, list):
+        raise Refused(problem(502, "the upstream's message has tool_calls that are not a list, so they could "
+                                   "not be checked"))
+    return calls
+
+
+def first_message(reply: dict[str, Any]) -> dict[str, Any] | None:
+    """The first choice's message of a Chat Completions reply."""
+    try:
+        message = reply["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _wire(call: Any, fallback_id: str) -> dict[str, Any]:
+    """A call as the upstream reads it in a re-ask's history: OpenAI shape, with an id."""
+    out = {k: v for k, v in call.items() if k != "_legacy"} if isinstance(call, dict) else {"type": "function"}
+    if not isinstance(out.get("id"), str) or not out["id"]:
+        out["id"] = fallback_id
+    return out
+
+
+# --- the Responses API ------------------------------------------------------------------------
+
+RESPONSES_PASSED = frozenset({
+    "message", "reasoning", "web_search_call", "file_search_call", "code_interpreter_call",
+    "image_generation_call", "mcp_list_tools", "mcp_call", "compaction",
+})
+"""Output items the client gets as they are: text, reasoning, and what the provider ran itself.
+`function_call` items are gated; any other type (a `custom_tool_call`, `local_shell_call`,
+`computer_call`, `mcp_approval_request`, or one newer than this list) is a call the gateway cannot
+check, so it is removed and the client told."""
+
+
+class ResponsesDialect(Dialect):
+    """The Responses API: `function_call` output items, `input` (plus `instructions` and, for a
+    `previous_response_id` this gateway relayed, the earlier turns) as history, and
+    `function_call_output` items as results."""
+
+    path = "/responses"
+
+    def __init__(self, earlier: list[Any] | None = None):
+        self.earlier = earlier or []
+        """The turns before this request (a `previous_response_id` chain), oldest first."""
+
+    def conversation(self, body: dict[str, Any]) -> list[Any]:
+        return input_items(body.get("input"))
+
+    def history(self, body: dict[str, Any], conversation: list[Any]) -> list[Any]:
+        instructions = body.get("instructions")
+        system = [{"role": "system", "content": instructions}] if isinstance(instructions, str) and instructions else []
+        return [*system, *self.earlier, *conversation]
+
+    def said(self, reply: dict[str, Any]) -> Said:
+        output = reply.get("output")
+        if not isinstance(output, list):
+            raise Refused(problem(502, "the upstream's response has no `output` list, so the tool calls in it could "
+                                       "not be checked"))
+        calls, removed, texts = [], [], []
+        for item in output:
+            kind = item.get("type") if isinstance(item, dict) else None
+            if kind == "function_call":
+                calls.append(item)
+            elif kind not in RESPONSES_PASSED:
+                removed.append(str(kind))
+            elif kind == "message":
+                texts += [part["text"] for part in item.get("content") or () if isinstance(part, dict)
+                          and part.get("type") == "output_text" and isinstance(part.get("text"), str)]
+        return Said(calls, output, "".join(texts) or None, removed)
+
+    def extend(self, conversation: list[Any], said: Said, calls: list[Any], results: list[str],
+               round_: int) -> tuple[list[Any], list[Any]]:
+        wired = {id(call): _wired_item(call, f"call_r{round_}_{i}") for i, call in enumerate(calls)}
+        turn = [wired.get(id(item), item) for item in said.turn if isinstance(item, dict)
+                and item.get("type") in RESPONSES_PASSED | {"function_call"}]
+        written = [wired[id(call)] for call in calls]
+        outputs = [{"type": "function_call_output", "call_id": call["call_id"], "output": text}
+                   for call, text in zip(written, results, strict=True)]
+        return [*conversation, *turn, *outputs], written
+
+    def reask(self, body: dict[str, Any], conversation: list[Any]) -> dict[str, Any]:
+        return _reask_body(body, "input", conversation)
+
+    def call_id(self, call: Any) -> Any:
+        return call.get("call_id") if isinstance(call, dict) else None
+
+    def with_id(self, call: dict[str, Any], call_id: str) -> dict[str, Any]:
+        return {**call, "call_id": call_id, "id": f"fc_{call_id}"}
+
+
+def input_items(raw: Any) -> list[Any]:
+    """A Responses request's `input` as a list of items (a string is one user message)."""
+    if isinstance(raw, str):
+        return [{"role": "user", "content": raw}]
+    return list(raw) if isinstance(raw, list) else []
+
+
+def _wired_item(call: Any, fallback_id: str) -> dict[str, Any]:
+    out = dict(call) if isinstance(call, dict) else {"type": "function_call"}
+    if not isinstance(out.get("call_id"), str) or not out["call_id"]:
+        out["call_id"] = fallback_id
+    return out
+
+
+# --- Anthropic Messages -----------------------------------------------------------------------
+
+ANTHROPIC_PASSED = frozenset({
+    "text", "thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result",
+    "code_execution_tool_result", "bash_code_execution_tool_result", "text_editor_code_execution_tool_result",
+    "mcp_tool_use", "mcp_tool_result", "container_upload", "citations",
+})
+"""Content blocks the client gets as they are: text, thinking, and what the provider ran itself.
+`tool_use` blocks are gated; any other type is a block the gateway cannot check: removed, and said so."""
+
+
+class AnthropicDialect(Dialect):
+    """Anthropic Messages: `tool_use` blocks, `messages` (plus `system`) as history, `tool_result` blocks."""
+
+    path = "/messages"
+
+    def conversation(self, body: dict[str, Any]) -> list[Any]:
+        messages = body.get("messages")
+        return list(messages) if isinstance(messages, list) else []
+
+    def history(self, body: dict[str, Any], conversation: list[Any]) -> list[Any]:
+        system = body.get("system")
+        return [{"role": "system", "content": system}, *conversation] if system else conversation
+
+    def said(self, reply: dict[str, Any]) -> Said:
+        content = reply.get("content")
+        if not isinstance(content, list):
+            raise Refused(problem(502, "the upstream's message has no `content` list, so the tool calls in it could "
+                                       "not be checked"))
+        calls, removed, texts = [], [], []
+        for block in content:
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "tool_use":
+                calls.append(block)
+            elif kind not in ANTHROPIC_PASSED:
+                removed.append(str(kind))
+            elif kind == "text" and isinstance(block.get("text"), str):
+                texts.append(block["text"])
+        return Said(calls, content, "".join(texts) or None, removed)
+
+    def extend(self, conversation: list[Any], said: Said, calls: list[Any], results: list[str],
+               round_: int) -> tuple[list[Any], list[Any]]:
+        wired = {id(call): _wired_block(call, f"toolu_r{round_}_{i}") for i, call in enumerate(calls)}
+        turn = [wired.get(id(block), block) for block in said.turn if isinstance(block, dict)
+                and block.get("type") in ANTHROPIC_PASSED | {"tool_use"}]
+        written = [wired[id(call)] for call in calls]
+        results_blocks = [{"type": "tool_result", "tool_use_id": call["id"], "content": text}
+                          for call, text in zip(written, results, strict=True)]
+        return [*conversation, {"role": "assistant", "content": turn},
+                {"role": "user", "content": results_blocks}], written
+
+    def reask(self, body: dict[str, Any], conversation: list[Any]) -> dict[str, Any]:
+        return _reask_body(body, "messages", conversation)
+
+
+def _wired_block(call: Any, fallback_id: str) -> dict[str, Any]:
+    out = dict(call) if isinstance(call, dict) else {"type": "tool_use"}
+    if not isinstance(out.get("id"), str) or not out["id"]:
+        out["id"] = fallback_id
+    if not isinstance(out.get("input"), dict):  # the API takes only an object; the gate refused the call anyway
+        out["input"] = {}
+    return out
+
+
+CHAT = ChatDialect()
+ANTHROPIC = AnthropicDialect()
