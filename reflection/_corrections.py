@@ -4,7 +4,9 @@ A call that fails only on things a machine can fix safely gets a corrected `Tool
 
 - a function name with a typo, when exactly one defined tool is close (difflib ratio of the
   lower-cased names >= `NAME_CUTOFF`);
-- unknown parameters, which are dropped;
+- unknown parameters, which are dropped: only names the schema defines nowhere (a name that
+  some branch or reference defines is never removed, even where `additionalProperties: false`
+  beside it rejects it);
 - a wrong scalar type at any depth: "5" -> 5, "2.5" -> 2.5, "true" -> true, 5 -> "5",
   true -> "true", and a scalar wrapped as [scalar] where an array is expected;
 - an enum or const value that matches exactly one allowed value ignoring case and
@@ -65,8 +67,8 @@ def suggest_correction(call: ToolCall, failures: dict[str, list[Any]],
     """A corrected call that passes `evaluate` (the same checker), with notes on what changed.
 
     `failures` maps each failing check to its issues (objects with `check`, `segments`,
-    `path`, `types` and `options`; a `non_existent_function` issue carries the one close
-    name, from `closest_name`, in `options`). Returns (None, []) when no safe fix makes the
+    `path`, `types`, `options` and `removable`; a `non_existent_function` issue carries the
+    one close name, from `closest_name`, in `options`). Returns (None, []) when no safe fix makes the
     call pass.
     """
     if not failures or not failures.keys() <= _FIXABLE:
@@ -142,6 +144,8 @@ def _fix(arguments: dict[str, Any], issue: Any, notes: list[str]) -> bool:
     elif not (isinstance(parent, list) and isinstance(last, int) and 0 <= last < len(parent)):
         return False
     if issue.check == "non_existent_parameter":
+        if not issue.removable:  # the schema defines it somewhere: never removed
+            return False
         del parent[last]
         notes.append(f"{issue.path}: removed the unknown parameter")
         return True

@@ -8,7 +8,10 @@ How a violation is sorted into a check (each lands in exactly one):
 
 - an argument name the tool does not define: `non_existent_parameter`. At the top level
   this holds even without `additionalProperties: false` (agents must not invent
-  parameters); nested objects only when their schema forbids extra names.
+  parameters); nested objects only when their schema forbids extra names. A name is defined
+  wherever the validator would look for it (`_schemas.names_at`: through every reference and
+  in-place branch, and in `required` / `dependentRequired` / `dependencies`); a schema with
+  no `properties` at all accepts any name, as JSON Schema does.
 - a wrong JSON type at any depth, or a union (`anyOf`/`oneOf`) whose every branch rejects
   the value's type: `incorrect_parameter_type`. When exactly one branch accepts the value's
   type, that branch's own errors are reported instead.
@@ -19,6 +22,11 @@ How a violation is sorted into a check (each lands in exactly one):
 The gating checks (`invalid_tool_call`, `empty_api_spec`, `invalid_api_spec`,
 `non_existent_function`) stop the argument checks: those then pass vacuously, and the
 gating finding says "arguments not checked".
+
+A spec without `$schema` is read in the draft `_schemas.draft_of` gives (2020-12, or draft 7
+when it uses a form only draft 7 has). A schema whose references multiply past
+`_schemas.MAX_EXPANSION` evaluations at one place of a value, or that loops in place, is an
+`invalid_api_spec`; at most `MAX_ERRORS` validation errors are classified per call.
 
 Compiled validators are cached by schema content (bounded, so memory stays flat on streams
 of ever-new schemas); a valid call costs one compiled `is_valid` plus a set check.
@@ -37,6 +45,19 @@ import jsonschema_rs
 import orjson
 
 from reflection._corrections import closest_name, suggest_correction
+from reflection._schemas import (
+    DRAFT4,
+    DRAFT6,
+    DRAFT7,
+    DRAFT2019,
+    DRAFT2020,
+    MAX_EXPANSION,
+    Document,
+    draft_of,
+    expansion,
+    has_references,
+    names_at,
+)
 from reflection._lru import LRU, set_cache_size
 from reflection._json import (
     FINITE,
@@ -182,6 +203,8 @@ class _Schema:
     """The top level itself says additionalProperties: false."""
     known: str = "it takes no parameters"
     """How messages about an unknown parameter list the defined ones."""
+    draft: str = DRAFT2020
+    """The draft the schema is read in (`_schemas.draft_of`)."""
 
 
 _SCHEMAS = LRU()  # digest of the canonical schema -> its compiled entry
@@ -211,7 +234,7 @@ def _compiled(schema: dict[str, Any]) -> bytes | _Schema:
     key = blake2b(canonical, digest_size=16).digest()
     entry = _SCHEMAS.get(key)
     if entry is None:
-        entry = _compile(schema, refs=b'"$ref"' in canonical)
+        entry = _compile(schema, hint=canonical)
         _SCHEMAS.put(key, entry)
     return key if entry.validator is not None else entry
 
@@ -228,20 +251,44 @@ def _schema_for(tool: ToolSpec, ref: bytes | _Schema) -> _Schema:
     return entry
 
 
-def _compile(schema: dict[str, Any], refs: bool = True) -> _Schema:
-    """`schema` compiled; `refs` False when it is known to hold no `$ref` (no cycle to look for)."""
+_VALIDATORS = {DRAFT4: jsonschema_rs.Draft4Validator, DRAFT6: jsonschema_rs.Draft6Validator,
+               DRAFT7: jsonschema_rs.Draft7Validator, DRAFT2019: jsonschema_rs.Draft201909Validator,
+               DRAFT2020: jsonschema_rs.Draft202012Validator}
+
+
+def _compile(schema: dict[str, Any], hint: bytes | None = None) -> _Schema:
+    """`schema` compiled; `hint`: its canonical JSON, which lets the walks for references and
+    draft-7 keywords be skipped when none can occur."""
+    refs = hint is None or has_references(hint)
     cycle = _ref_cycle(schema) if refs else None
     if cycle is not None:
         return _Schema(schema=schema, validator=None, problem_keyword="$ref", problem=(
             f"its schema has a $ref cycle ({' -> '.join(cycle)}): following it never reaches a check, so it "
             "would accept any value; make one schema on the cycle say what it allows instead of referring on"))
+    draft = draft_of(schema, hint)
     try:
-        validator = jsonschema_rs.validator_for(schema, validate_formats=True, offline=True,
-                                                pattern_options=_PATTERN_OPTIONS)
+        if isinstance(schema.get("$schema"), str):  # declared: the validator reads it
+            validator = jsonschema_rs.validator_for(schema, validate_formats=True, offline=True,
+                                                    pattern_options=_PATTERN_OPTIONS)
+        else:
+            validator = _VALIDATORS[draft](schema, validate_formats=True, offline=True, pattern_options=_PATTERN_OPTIONS)
     except (ValueError, jsonschema_rs.ReferencingError) as exc:  # ValidationError is a ValueError
         message, keyword = _compile_problem(schema, exc)
         return _Schema(schema=schema, validator=None, problem=message, problem_keyword=keyword)
-    names, patterns, is_open = _top_level_names(schema)
+    # Without references a schema is a tree: one place of a value meets each subschema once at most.
+    document = Document(schema, draft, hint) if refs else None
+    cost, loop = expansion(schema, draft, document) if refs else (0, None)
+    if loop is not None:
+        return _Schema(schema=schema, validator=None, problem_keyword="$ref", problem=(
+            f"its schema refers back to itself without consuming the value ({loop}): evaluating it never "
+            "reaches an end; make one schema on the loop say what it allows instead of referring on"))
+    if cost > MAX_EXPANSION:
+        return _Schema(schema=schema, validator=None, problem_keyword="$ref", problem=(
+            f"its schema expands too far: one place of a value can need more than {MAX_EXPANSION:,} subschema "
+            "evaluations (its references multiply, each level referring to the next more than once), which "
+            "would cost exponential time; refer to each definition once per level, or inline a shared one"))
+    defined = names_at(document, schema, schema, draft)
+    names, patterns, is_open = list(defined.names), defined.patterns, defined.open
     name_patterns = None
     if patterns and not is_open:
         try:
@@ -253,7 +300,7 @@ def _compile(schema: dict[str, Any], refs: bool = True) -> _Schema:
     return _Schema(schema=schema, validator=validator, defined=frozenset(names), names=tuple(names),
                    open=is_open, name_patterns=name_patterns,
                    forbids_extra=schema.get("additionalProperties") is False,
-                   known=f"its parameters: {listing}" if listing else "it takes no parameters")
+                   known=f"its parameters: {listing}" if listing else "it takes no parameters", draft=draft)
 
 
 def _compile_problem(schema: dict[str, Any], exc: Exception) -> tuple[str, str | None]:
@@ -309,45 +356,6 @@ def _ref_cycle(root: dict[str, Any]) -> list[str] | None:
         elif isinstance(node, list):
             stack.extend(node)
     return None
-
-
-def _top_level_names(root: dict[str, Any]) -> tuple[list[str], list[str], bool]:
-    """Names the top-level object defines, regexes of patternProperties, and whether any name goes.
-
-    Names are collected through properties, local $ref, allOf/anyOf/oneOf, if/then/else and
-    dependentSchemas (draft-7 `dependencies` too). A truthy additionalProperties (true or any
-    schema) or unevaluatedProperties makes every name defined.
-    """
-    names: dict[str, None] = {}
-    patterns: list[str] = []
-    is_open = False
-    seen: set[int] = set()
-    stack: list[tuple[Any, int]] = [(root, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if not isinstance(node, dict) or id(node) in seen or depth > 64:
-            continue
-        seen.add(id(node))
-        if isinstance(node.get("properties"), dict):
-            names.update(dict.fromkeys(node["properties"]))
-        if isinstance(node.get("patternProperties"), dict):
-            patterns.extend(node["patternProperties"])
-        for key in ("additionalProperties", "unevaluatedProperties"):
-            if key in node and node[key] is not False:
-                is_open = True
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#"):
-            stack.append((_resolve_pointer(root, ref), depth + 1))
-        for key in ("allOf", "anyOf", "oneOf"):
-            if isinstance(node.get(key), list):
-                stack.extend((sub, depth + 1) for sub in node[key])
-        for key in ("if", "then", "else"):
-            stack.append((node.get(key), depth + 1))
-        for key in ("dependentSchemas", "dependencies"):
-            if isinstance(node.get(key), dict):
-                stack.extend((sub, depth + 1) for sub in node[key].values())
-    # The root's own properties come first, in the schema's order (used in messages).
-    return list(names), patterns, is_open
 
 
 def _resolve_pointer(root: Any, ref: str) -> Any:
@@ -446,6 +454,18 @@ class _Issue:
     value: Any = _MISSING
     types: tuple[str, ...] = ()
     options: tuple[Any, ...] = field(default=())
+    capped: bool = False
+    """Errors stopped being collected at `MAX_ERRORS`: more may have been left out."""
+    owner: Any = None
+    """For a name the validator rejects (`additionalProperties: false`): its `_Schema`, to
+    tell whether the schema defines the name elsewhere (then no correction removes it)."""
+
+    @property
+    def removable(self) -> bool:
+        """For an unknown name: whether a correction may remove it (the schema defines it nowhere)."""
+        if self.owner is None:
+            return True
+        return not _defined_at(self.owner, self.at, self.segments[-1])
 
     @property
     def path(self) -> str:
@@ -527,12 +547,15 @@ def _check_data(call: ToolCall, prepared: _Prepared) -> dict[str, Any]:
     if not failures:
         return {"call": call, "checks": _ALL_PASS_DATA, "warnings": warnings, "correction": None,
                 "correction_notes": (), "valid": True}
-    correction, notes = suggest_correction(call, failures, lambda c: _evaluate(c, prepared)[0])
+    capped = next(iter(failures.values()))[-1].capped  # set on every issue of a capped call
+    correction, notes = (None, []) if capped else suggest_correction(call, failures, lambda c: _evaluate(c, prepared)[0])
+    if correction is not None and _removes_defined(call, correction, prepared):
+        correction, notes = None, []
     checks = dict(_ALL_PASS_DATA)
     for name, issues in failures.items():
         findings = [issue.finding() for issue in issues[:MAX_FINDINGS]]
-        if len(issues) > MAX_FINDINGS:
-            findings.append(_omitted(name, len(issues) - MAX_FINDINGS))
+        if len(issues) > MAX_FINDINGS or issues[-1].capped:
+            findings.append(_omitted(name, len(issues) - MAX_FINDINGS, issues[-1].capped))
         checks[name] = {"passed": False, "findings": findings}
     return {"call": call, "checks": checks, "warnings": warnings, "correction": correction,
             "correction_notes": tuple(notes), "valid": False}
@@ -553,9 +576,28 @@ def _static_result(data: dict[str, Any]) -> StaticResult:
                     correction=data["correction"], correction_notes=data["correction_notes"])
 
 
-def _omitted(check: str, count: int) -> dict[str, Any]:
+def _omitted(check: str, count: int, capped: bool = False) -> dict[str, Any]:
+    if capped:
+        count = max(count, 0)
+        return {"check": check, "path": "$", "message": f"{count} more {check} finding(s) not listed, and more may "
+                f"exist: a check lists its first {MAX_FINDINGS}, and errors stop being collected after {MAX_ERRORS:,} "
+                "per call. Fix those and check again.", "expected": None, "actual": count, "keyword": None}
     return {"check": check, "path": "$", "message": f"{count} more {check} finding(s) not listed: a check lists "
             f"its first {MAX_FINDINGS}. Fix those and check again.", "expected": None, "actual": count, "keyword": None}
+
+
+def _removes_defined(call: ToolCall, correction: ToolCall, prepared: _Prepared) -> bool:
+    """Whether `correction` drops a top-level argument its tool's schema defines (never offered:
+    the corrections' own rules allow no such fix; this holds them to it)."""
+    before = call.arguments or {}
+    after = correction.arguments or {}
+    if after.keys() >= before.keys():
+        return False
+    found = prepared.tools.get(correction.name)
+    if found is None:
+        return True
+    schema = _schema_for(*found)
+    return any(_defined_at(schema, (), key) for key in before if key not in after)
 
 
 def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str, ...]]:
@@ -648,15 +690,171 @@ def _check_arguments(args: dict[str, Any], schema: _Schema, tool: str) -> list[_
     if valid and not unknown:
         return []
     issues: list[_Issue] = []
+    capped = False
     if not valid:
-        for error in schema.validator.iter_errors(args):
+        for count, error in enumerate(schema.validator.iter_errors(args)):
+            if count == MAX_ERRORS:
+                capped = True
+                break
             _classify(error, issues, schema.schema)  # raises _PatternGaveUp where the regex engine gave up
-    for key in unknown:
+    issues.extend(_unknown(key, args, schema, tool) for key in unknown)
+    issues = _tidy(issues)
+    for issue in issues:
+        if issue.keyword == "additionalProperties":
+            if issue.check == "non_existent_parameter":
+                issue.owner = schema
+            elif issue.expected is False:  # the validator's report of an object that allows no name
+                return _check_arguments_closed(args, schema, tool, unknown, capped)
+        issue.capped = capped
+    return issues
+
+
+def _unknown(key: str, args: dict[str, Any], schema: _Schema, tool: str) -> _Issue:
+    """The issue of a top-level argument name the schema defines nowhere."""
+    return _Issue(
+        "non_existent_parameter", (key,), f'{_path((key,))}: "{key}" is not a parameter of tool {tool!r} '
+        f"({schema.known}). Remove it or use a defined parameter.", expected=list(schema.names[:MAX_LISTED]), actual=key,
+        keyword="additionalProperties" if schema.forbids_extra else "properties", at=(), value=args[key])
+
+
+def _check_arguments_closed(args: dict[str, Any], schema: _Schema, tool: str, unknown: list[str],
+                            capped: bool) -> list[_Issue]:
+    """`_check_arguments` where some object's schema allows no name at all (`additionalProperties:
+    false` and no `properties`): the validator reports that as one false-schema error at the
+    object, naming no key; here every key of such an object is a `non_existent_parameter`."""
+    issues: list[_Issue] = []
+    for count, error in enumerate(schema.validator.iter_errors(args)):
+        if count == MAX_ERRORS:
+            break
+        if not _closed_object(error, args, schema.schema, issues):
+            _classify(error, issues, schema.schema)
+    issues.extend(_unknown(key, args, schema, tool) for key in unknown)
+    issues = _tidy(issues)
+    for issue in issues:
+        if issue.check == "non_existent_parameter" and issue.keyword == "additionalProperties":
+            issue.owner = schema
+        issue.capped = capped
+    return issues
+
+
+def _closed_object(error: Any, args: dict[str, Any], root: dict[str, Any], issues: list[_Issue]) -> bool:
+    """Report the names of an object whose schema allows none (`additionalProperties: false`
+    and no `properties`): the validator reports that as one `falseSchema` error at the object,
+    naming neither the key nor the others. True when `error` was one such."""
+    if error.kind.name != "falseSchema" or not error.schema_path or error.schema_path[-1] != "additionalProperties":
+        return False
+    node = _schema_at(root, error.schema_path[:-1])
+    if not isinstance(node, dict) or "properties" in node or "patternProperties" in node:
+        return False
+    at = tuple(error.instance_path)
+    value: Any = args
+    for part in at:
+        try:
+            value = value[part]
+        except (KeyError, IndexError, TypeError):
+            return False
+    if not isinstance(value, dict):
+        return False
+    for prop, item in value.items():
         issues.append(_Issue(
-            "non_existent_parameter", (key,), f'{_path((key,))}: "{key}" is not a parameter of tool {tool!r} '
-            f"({schema.known}). Remove it or use a defined parameter.", expected=list(schema.names[:MAX_LISTED]), actual=key,
-            keyword="additionalProperties" if schema.forbids_extra else "properties", at=(), value=args[key]))
-    return _tidy(issues)
+            "non_existent_parameter", at + (prop,), f'{_path(at + (prop,))}: "{prop}" is not allowed here '
+            "(additionalProperties is false, and no property is defined). Remove it.", expected=[], actual=prop,
+            keyword="additionalProperties", at=at, value=item))
+    return True
+
+
+MAX_ERRORS = 1_000
+"""Validation errors classified per call; past it the findings say that more were left out, and
+no correction is offered. (The validator builds a value's errors all at once; `MAX_EXPANSION`
+bounds how many one value can have.)"""
+
+
+def _defined_at(schema: _Schema, at: tuple[str | int, ...], name: Any) -> bool:
+    """Whether the schema defines `name` for the object at instance path `at`, anywhere its
+    subschemas apply there (an `additionalProperties: false` sees only its siblings)."""
+    if not at:
+        if name in schema.defined or schema.open:
+            return True
+        return schema.name_patterns is not None and schema.name_patterns.is_valid(name)
+    document = Document(schema.schema, schema.draft)
+    nodes = _subschemas_at(schema, at, document)
+    if nodes is None:
+        return True  # not found: never remove what cannot be shown undefined
+    for node in nodes:
+        names = names_at(document, schema.schema, node, schema.draft)
+        if names.open or name in names.names:
+            return True
+        for pattern in names.patterns:
+            try:
+                if jsonschema_rs.validator_for({"pattern": pattern}, pattern_options=_PATTERN_OPTIONS).is_valid(name):
+                    return True
+            except ValueError:
+                return True
+    return False
+
+
+def _subschemas_at(schema: _Schema, at: tuple[str | int, ...], document: Document) -> list[Any] | None:
+    """The subschemas that apply to the value at instance path `at` (the object members'
+    `properties`, `patternProperties` and `additionalProperties`, the arrays' items), each
+    followed by its in-place references and branches; None when a step cannot be followed."""
+    current = [schema.schema]
+    for step in at:
+        following: list[Any] = []
+        for node in _in_place(document, current, schema.draft):
+            following.extend(_members(node, step))
+        if not following:
+            return None
+        current = following
+    return current
+
+
+def _in_place(document: Document, nodes: list[Any], draft: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        out.append(node)
+        for key in ("$ref", "$dynamicRef", "$recursiveRef"):
+            if key in node:
+                stack.extend(t for t in document.targets(node, key) or () if isinstance(t, dict))
+        for key in ("allOf", "anyOf", "oneOf"):
+            if isinstance(node.get(key), list):
+                stack.extend(node[key])
+        for key in ("if", "then", "else"):
+            if key in node:
+                stack.append(node[key])
+        for key in ("dependentSchemas", "dependencies"):
+            if isinstance(node.get(key), dict):
+                stack.extend(sub for sub in node[key].values() if isinstance(sub, dict))
+    return out
+
+
+def _members(node: dict[str, Any], step: str | int) -> list[Any]:
+    if isinstance(step, int):
+        found = []
+        prefix = node.get("prefixItems")
+        items = node.get("items")
+        if isinstance(prefix, list) and step < len(prefix):
+            found.append(prefix[step])
+        elif isinstance(items, list):
+            found.append(items[step] if step < len(items) else node.get("additionalItems"))
+        elif items is not None:
+            found.append(items)
+        return [f for f in found if f is not None]
+    found = []
+    properties = node.get("properties")
+    if isinstance(properties, dict) and step in properties:
+        found.append(properties[step])
+    patterns = node.get("patternProperties")
+    if isinstance(patterns, dict):
+        found.extend(patterns.values())  # a superset: only used to find names that are defined
+    if "additionalProperties" in node and not (isinstance(properties, dict) and step in properties):
+        found.append(node["additionalProperties"])
+    return found
 
 
 class _PatternGaveUp(Exception):

@@ -290,10 +290,46 @@ def test_draft7_array_items_is_tuple_validation():
     assert only(result, "incorrect_parameter_type").path == "$.pair[1]"
 
 
-def test_array_items_is_an_invalid_spec_under_the_2020_12_default():
-    schema = {"type": "object", "properties": {"pair": {"type": "array", "items": [{"type": "integer"}]}}}
+def test_array_items_without_schema_is_read_as_draft7_tuple_validation():
+    schema = {"type": "object", "properties": {"pair": {"type": "array", "items": [{"type": "integer"}, {"type": "string"}]}}}
+    assert check_call(call({"pair": [1, "a"]}, name="t"), tools_with(schema, "t")).valid
+    result = check_call(call({"pair": [1, 2]}, name="t"), tools_with(schema, "t"))
+    assert only(result, "incorrect_parameter_type").path == "$.pair[1]"
+
+
+@pytest.mark.parametrize("form", [
+    {"additionalItems": False},
+    {"dependencies": {"a": ["b"]}},
+    {"definitions": {"n": {"type": "integer"}}},
+], ids=["additionalItems", "dependencies", "definitions"])
+def test_a_spec_without_schema_using_a_draft7_only_form_is_read_as_draft7(form):
+    # Draft 7 ignores the siblings of a $ref, 2020-12 applies them: the `maximum` tells which is read.
+    schema = {"type": "object", "properties": {"n": {"$ref": "#/properties/m", "maximum": 1}, "m": {"type": "integer"},
+                                               "extra": {"type": "object", **form}}}
+    assert check_call(call({"n": 5}, name="t"), tools_with(schema, "t")).valid
+    with_2020_form = {**schema, "$defs": {}}
+    assert only(check_call(call({"n": 5}, name="t"), tools_with(with_2020_form, "t")),
+                "json_schema_violation").keyword == "maximum"
+
+
+def test_array_items_beside_a_2020_12_only_form_stays_an_invalid_spec():
+    schema = {"type": "object", "properties": {"pair": {"type": "array", "items": [{"type": "integer"}]},
+                                               "rest": {"type": "array", "prefixItems": [{"type": "integer"}]}}}
     finding = only(check_call(call({"pair": [1]}, name="t"), tools_with(schema, "t")), "invalid_api_spec")
     assert "not a valid JSON Schema" in finding.message and "Arguments not checked" in finding.message
+
+
+def test_a_declared_schema_decides_the_draft():
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+              "properties": {"pair": {"type": "array", "items": [{"type": "integer"}]}}}
+    assert failing(check_call(call({"pair": [1]}, name="t"), tools_with(schema, "t"))) == ["invalid_api_spec"]
+
+
+def test_format_stays_an_assertion_in_a_spec_read_as_draft7():
+    schema = {"type": "object", "properties": {"d": {"type": "string", "format": "date"}},
+              "definitions": {"unused": {}}}
+    assert only(check_call(call({"d": "2024-13-01"}, name="t"), tools_with(schema, "t")),
+                "json_schema_violation").keyword == "format"
 
 
 def test_prefix_items_in_2020_12():

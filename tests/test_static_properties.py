@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import jsonschema
 from hypothesis import HealthCheck, assume, given, settings
@@ -268,3 +269,103 @@ def test_validity_agrees_with_the_reference_implementation(case):
     expected = REFERENCE(schema, format_checker=REFERENCE.FORMAT_CHECKER).is_valid(arguments)
     result = check_call({"name": "t", "arguments": arguments}, [{"name": "t", "parameters": schema}])
     assert result.valid == expected, (schema, arguments, result.findings())
+
+
+# --- 4. a call the schema accepts is never refused, never rewritten (issue 21, item 3) --------
+
+# Top-level names never occur elsewhere in a generated schema (not as values, $defs keys, anchors
+# or nested names), so "the schema mentions it" means "the schema defines it somewhere".
+TOP_NAMES = ["alpha", "bravo", "charlie", "delta"]
+UNDEFINED = "echo"  # never in any schema
+NESTED_NAMES = ["papa", "quebec"]
+
+
+def _value_schema(names: list[str]) -> st.SearchStrategy[dict]:
+    def objects(inner: st.SearchStrategy[dict]) -> st.SearchStrategy[dict]:
+        return st.builds(lambda props, closed: {"type": "object", "properties": props,
+                                                **({"additionalProperties": False} if closed else {})},
+                         st.dictionaries(st.sampled_from(NESTED_NAMES), inner, max_size=2), st.booleans())
+    return st.recursive(leaf_schemas(), lambda inner: objects(inner) | st.builds(
+        lambda a, b: {"anyOf": [a, b]}, inner, inner), max_leaves=4)
+
+
+def _place_schema() -> st.SearchStrategy[Any]:
+    """Schemas for the arguments object itself: properties, requirements, branches, references
+    (a ("REF", style, target) marker, written out by `_with_defs`)."""
+    names = st.sampled_from(TOP_NAMES)
+    leaf = st.fixed_dictionaries({}, optional={
+        "properties": st.dictionaries(names, _value_schema(TOP_NAMES), max_size=3),
+        "required": st.lists(names, max_size=2, unique=True),
+        "dependentRequired": st.dictionaries(names, st.lists(names, max_size=2, unique=True), max_size=1),
+        "minProperties": st.integers(0, 2),
+    })
+    return st.recursive(leaf, lambda inner: st.one_of(
+        st.builds(lambda base, more: {**base, "allOf": more}, leaf, st.lists(inner, min_size=1, max_size=2)),
+        st.builds(lambda base, more: {**base, "anyOf": more}, leaf, st.lists(inner, min_size=1, max_size=2)),
+        st.builds(lambda base, more: {**base, "oneOf": more}, leaf, st.lists(inner, min_size=1, max_size=2)),
+        st.builds(lambda base, a, b: {**base, "if": a, "then": b}, leaf, inner, inner),
+        st.builds(lambda base, a, b: {**base, "if": a, "else": b}, leaf, inner, inner),
+        st.builds(lambda base, key, sub: {**base, "dependentSchemas": {key: sub}}, leaf, names, inner),
+        st.builds(lambda base, sub: {**base, "not": sub}, leaf, inner),
+        st.builds(lambda style, target: ("REF", style, target), st.sampled_from(["pointer", "anchor", "id"]), inner),
+    ), max_leaves=5)
+
+
+def _with_defs(tree: Any) -> dict:
+    """The generated schema with every reference marker turned into a `$ref` to a `$defs` entry
+    (each entry referred to exactly where it was generated, so every one is used)."""
+    defs: dict[str, Any] = {}
+    base = "https://example.com/root.json"
+
+    def walk(node: Any, nested: bool) -> Any:
+        # `nested`: inside a definition with its own $id, where "#..." would name that resource.
+        if isinstance(node, tuple):
+            _, style, target = node
+            name = f"d{len(defs)}"
+            defs[name] = None  # reserved before the target's own references are numbered
+            defs[name] = body = walk(target, nested or style == "id")
+            prefix = base if nested else ""
+            if style == "anchor":
+                body["$anchor"] = f"anchor{name}"
+                return {"$ref": f"{prefix}#anchor{name}"}
+            if style == "id":
+                body["$id"] = f"{name}.json"
+                return {"$ref": f"{name}.json"}
+            return {"$ref": f"{prefix}#/$defs/{name}"}
+        if isinstance(node, dict):
+            return {k: walk(v, nested) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v, nested) for v in node]
+        return node
+
+    root = walk(tree, False)
+    return {"$id": base, "type": "object", **root, **({"$defs": defs} if defs else {})}
+
+
+def _mentions(node: Any, name: str) -> bool:
+    if isinstance(node, dict):
+        return any(key == name or _mentions(value, name) for key, value in node.items())
+    if isinstance(node, list):
+        return any(_mentions(item, name) for item in node)
+    return node == name
+
+
+@SETTINGS
+@given(tree=_place_schema(), arguments=st.dictionaries(st.sampled_from([*TOP_NAMES, UNDEFINED]), SMALL_SCALARS,
+                                                       max_size=4))
+def test_a_call_the_validator_accepts_is_never_refused_or_rewritten_for_a_name_the_schema_defines(tree, arguments):
+    schema = _with_defs(tree)
+    if not REFERENCE(schema, format_checker=REFERENCE.FORMAT_CHECKER).is_valid(arguments):
+        return
+    result = check_call({"name": "t", "arguments": arguments}, [{"name": "t", "parameters": schema}])
+    defined = {name for name in arguments if _mentions(schema, name)}
+    assert set(failing(result)) <= {"non_existent_parameter"}, (schema, arguments, result.findings())
+    flagged = {f.actual for f in result.checks["non_existent_parameter"].findings}
+    assert not flagged & defined, (schema, arguments, flagged)
+    if defined == set(arguments):
+        assert result.valid and result.correction is None, (schema, arguments, result.findings())
+    if result.correction is not None:
+        assert result.correction.name == "t"
+        assert {k: v for k, v in result.correction.arguments.items()} == {
+            k: v for k, v in arguments.items() if k not in flagged}
+        assert defined <= set(result.correction.arguments)
