@@ -1026,8 +1026,10 @@ def _violation(error: Any, keyword: str, root: dict[str, Any]) -> _Issue:
 def _type_issue(at: tuple[str | int, ...], value: Any, types: tuple[str, ...], keyword: str) -> _Issue:
     wanted = _either(list(types))
     actual = json_type(value)
+    shown = _show(value)
+    got = actual if shown == actual else f"{actual} {shown}"  # "got null", not "got null null"
     return _Issue(
-        "incorrect_parameter_type", at, f"{_path(at)}: expected {wanted}, got {actual} {_show(value)}. "
+        "incorrect_parameter_type", at, f"{_path(at)}: expected {wanted}, got {got}. "
         f"Send a value of type {wanted}.", expected=types[0] if len(types) == 1 else list(types),
         actual=actual, keyword=keyword, at=at, value=value, types=types)
 

@@ -618,3 +618,10 @@ def test_type_list_with_unhashable_items_is_invalid_api_spec():
 def test_schema_with_nan_is_invalid_api_spec():
     schema = {"type": "object", "properties": {"v": {"const": float("nan")}}}
     assert "NaN" in only(check_call(call({"v": None}, name="t"), tools_with(schema, "t")), "invalid_api_spec").message
+
+
+def test_a_null_where_a_type_is_expected_reads_once():
+    result = check_call({"name": "f", "arguments": {"a": None}},
+                        [{"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}])
+    assert result.checks["incorrect_parameter_type"].findings[0].message == (
+        "$.a: expected integer, got null. Send a value of type integer.")
