@@ -223,6 +223,7 @@ def _paths(seeds: list[int], flat: tuple[bool, ...] = (False, True), workers: tu
             for seed in seeds for w in workers for f in flat]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("seed", "workers", "flat"), _paths(list(SEEDS)))
 def test_check_writes_what_the_api_gives(seed, workers, flat, corpora, expected, tmp_path):
     assert_same_lines(check_lines(corpora[seed], tmp_path / "out.jsonl", workers, flat), expected[seed, flat])
@@ -230,6 +231,7 @@ def test_check_writes_what_the_api_gives(seed, workers, flat, corpora, expected,
 
 # `batch` shares the rows with `check` and differs in how it writes them: every variant on one
 # corpus, the worker path on the others.
+@pytest.mark.slow
 @pytest.mark.parametrize(("seed", "workers", "flat"), _paths([1]) + _paths([2, 3], flat=(False,), workers=(2,)))
 def test_batch_writes_what_the_api_gives(seed, workers, flat, corpora, expected, tmp_path):
     assert_same_lines(batch_lines(corpora[seed], tmp_path / "out.jsonl", workers, flat), expected[seed, flat])
