@@ -132,3 +132,12 @@ def test_the_docs_describe_each_stand_in_and_its_idle_exit():
     assert "**Idle exit.**" in page
     for module_name in STAND_INS:
         assert f"python -m {module_name} --idle-timeout" in page, module_name
+
+
+def test_the_fast_lane_is_declared_and_documented():
+    import tomllib
+
+    markers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(marker.startswith("slow:") for marker in markers)
+    for page in (ROOT / "README.md", DOCS / "getting-started.md"):
+        assert 'pytest -m "not slow"' in page.read_text(encoding="utf-8"), page
