@@ -16,6 +16,8 @@ from reflection.config import ReflectionConfig
 from reflection.judge import JudgeConfig
 from reflection.testing.server import StandInJudge
 
+pytestmark = pytest.mark.slow  # processes, servers or subprocess CLI runs: `pytest -m "not slow"` leaves them out
+
 ROWS = 150
 
 

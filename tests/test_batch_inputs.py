@@ -156,6 +156,7 @@ class _Trickle(io.BytesIO):
         return super().read1(self.step)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(lines=st.lists(st.binary(max_size=40) | st.sampled_from([b"a" * 70_000, b"\r" * 9]), max_size=8),
        end=st.sampled_from([b"", b"\n", b"\n\n"]), limit=st.sampled_from([1, 5, 10, 64, 70_000]),

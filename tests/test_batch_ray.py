@@ -17,7 +17,7 @@ from reflection.batch.ray import OUTPUT_COLUMNS, ReflectBatches, reflect_with_ra
 ROWS = 300
 
 # Ray's own DataContext warns about its deprecated settings; not ours to fix.
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")]
 
 
 @pytest.fixture(scope="module")

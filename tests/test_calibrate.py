@@ -204,6 +204,7 @@ def test_rerun_asks_the_judge_nothing_and_writes_exactly_the_named_fields(tmp_pa
     assert "overall_valid" in second.stdout and "4 -> 3" in second.stdout and "snippet below" in second.stdout
 
 
+@pytest.mark.slow
 def test_plots_write_one_png_per_swept_metric(tmp_path, labelled_file, config_file):
     pytest.importorskip("matplotlib", reason="the plots extra (matplotlib) is not installed")
     with ScriptedJudge():

@@ -16,6 +16,8 @@ from reflection.cli import app
 from reflection.testing import FakeJudge
 from reflection.testing.server import FaultyStandInJudge, StandInJudge
 
+pytestmark = pytest.mark.slow  # processes, servers or subprocess CLI runs: `pytest -m "not slow"` leaves them out
+
 runner = CliRunner()
 CALLS = str(example_path("calls.jsonl"))  # 12 rows: 3 valid, 8 invalid, 1 error (static)
 

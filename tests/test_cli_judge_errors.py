@@ -67,6 +67,7 @@ def test_a_refused_connection_stops_the_command(tmp_path, source, name):
     assert line.startswith(f"error: judge {url}/chat/completions: connection refused")
 
 
+@pytest.mark.slow
 def test_a_403_stops_the_real_cli_process(tmp_path, source):
     # The command and the server each in their own process: exit status and stderr as a shell sees them.
     server = subprocess.Popen([sys.executable, "-m", "reflection.testing.server", "--idle-timeout", "30",

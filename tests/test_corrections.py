@@ -166,6 +166,7 @@ _LOOSE_SCALARS = (st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_fr
                   | st.text(alphabet="aAbB 12.tru", max_size=5))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(value=_LOOSE_SCALARS | st.lists(st.integers(), max_size=1),
        options=st.lists(_LOOSE_SCALARS | st.lists(st.integers(), max_size=1), max_size=8))

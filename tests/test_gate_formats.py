@@ -1,5 +1,6 @@
 """`formats.express_call` / `raw_calls`: a call leaves in the shape it came in."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +31,7 @@ def shaped_calls(draw):
     return {"name": name, "arguments": payload}
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(shaped_calls(), names, arguments)
 def test_a_call_re_expressed_reads_back_as_the_new_call_in_the_old_shape(raw, new_name, new_arguments):

@@ -121,6 +121,7 @@ async def test_a_correction_that_drops_arguments_is_only_suggested(fake_judge):
     assert "removes arguments" in decision.reason and 'Suggested call (passes the static checks): "purge"' in decision.feedback
 
 
+@pytest.mark.slow
 async def test_ten_thousand_parallel_calls_are_decided_one_by_one(fake_judge):
     calls = [{"name": "get_weather", "arguments": {"city": "Paris"}} for _ in range(10_000)]
     async with Gate() as gate:

@@ -17,6 +17,8 @@ from _service_support import ServiceProcess  # noqa: E402
 
 from reflection.testing.hostile_upstream import HostileUpstreamProcess  # noqa: E402
 
+pytestmark = pytest.mark.slow  # processes, servers or subprocess CLI runs: `pytest -m "not slow"` leaves them out
+
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "description": "The forecast for a city.", "parameters": {
         "type": "object", "required": ["city"],

@@ -78,6 +78,7 @@ def _reference_find(text, needle):
     return ("…" if lo else "") + text[lo:hi] + ("…" if hi < len(text) else "")
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(texts=st.lists(st.text(alphabet="ab5_.- é2x\n", max_size=120), max_size=5),
        needle=st.text(alphabet="ab5_.- é2x", min_size=1, max_size=4))

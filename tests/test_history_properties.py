@@ -1,5 +1,6 @@
 """Arbitrary JSON as history never crashes the path to the judge prompt."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,7 @@ messages = st.fixed_dictionaries(
 TOOLS = normalize_tools([{"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}}])
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(history=st.one_of(json_values, st.lists(st.one_of(messages, json_values), max_size=6)), value=json_values)
 def test_any_history_and_argument_value_reach_a_well_formed_prompt(history, value):

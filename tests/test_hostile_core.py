@@ -79,6 +79,7 @@ DEPTHS = [500, 5000, 100_000]
 # --- 1. deep values: a failing check or a warning, at any depth --------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", DEPTHS)
 def test_deeply_nested_arguments_fail_invalid_tool_call(tmp_path, depth):
     as_object = '{"id": "object", "tools": %s, "call": {"name": "f", "arguments": {"a": %s}}}' % (
@@ -96,6 +97,7 @@ def test_deeply_nested_arguments_fail_invalid_tool_call(tmp_path, depth):
         assert list(failing(result)) == ["invalid_tool_call"] and result["grounding"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", DEPTHS)
 def test_a_deeply_nested_history_message_is_skipped_with_a_warning(tmp_path, depth):
     line = '{"id": "deep", "tools": %s, "history": [{"role": "user", "content": %s}], ' \
@@ -242,6 +244,7 @@ def test_grounding_finds_values_in_a_two_megabyte_tool_output(tmp_path):
     assert digit["sources"] == []  # "0" never stands alone: no source among a million fives
 
 
+@pytest.mark.slow
 def test_grounding_walks_wide_arguments_without_listing_every_leaf():
     call = ToolCall(name="f", arguments={"a": list(range(1_000_000))})
     grounding = ground_call(call, normalize_history("1 2 3"), None)
@@ -251,6 +254,7 @@ def test_grounding_walks_wide_arguments_without_listing_every_leaf():
 # --- 7. output stays proportional to the input ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_findings_repeat_at_most_ten_enum_values_and_a_check_lists_at_most_twenty(tmp_path):
     enum = [f"value-number-{i:05d}-of-the-allowed-set" for i in range(2000)]
     tools = [{"name": "pick", "parameters": {"type": "object", "properties": {

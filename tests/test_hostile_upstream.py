@@ -20,6 +20,8 @@ from reflection.testing.hostile_upstream import (
     HostileUpstreamProcess,
 )
 
+pytestmark = pytest.mark.slow  # processes, servers or a browser: `pytest -m "not slow"` leaves them out
+
 GOOD = {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}
 BAD = {"name": "get_forecast_for_city", "arguments": {"city": "Paris"}}
 

@@ -17,6 +17,8 @@ from reflection.scoring import ScoreSummary
 from reflection.testing.server import StandInJudge
 from tests.test_scoring_cli import app as score_app
 
+pytestmark = pytest.mark.slow  # processes, servers or a browser: `pytest -m "not slow"` leaves them out
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -33,6 +33,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 
 
+@pytest.mark.slow
 @given(JSON)
 @settings(max_examples=300, deadline=None)
 def test_parse_json_reads_back_what_the_standard_library_writes(value):

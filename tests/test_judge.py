@@ -116,6 +116,7 @@ async def test_http_failures_surface_as_the_openai_sdks_exception_types(status, 
     assert route.call_count == requests
 
 
+@pytest.mark.slow
 def test_static_only_use_never_imports_the_openai_sdk():
     # The SDK (for exception types only) is most of the import time; a Judge imports it.
     code = ("import sys, reflection\n"

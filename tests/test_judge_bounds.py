@@ -50,6 +50,7 @@ async def ask(config):
         return await judge.ask(MESSAGES, schema=SCHEMA, schema_name="score", validate=lambda data: data)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("deadline", ["asyncio.timeout", "anyio.fail_after"])
 async def test_a_server_trickling_its_reply_times_out_at_the_overall_deadline(server_process, monkeypatch, deadline):
     # One byte every 0.2 s: every read is quick, so only a deadline on the whole exchange ends it

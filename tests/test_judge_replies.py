@@ -379,6 +379,7 @@ async def test_a_reply_that_answers_no_check_is_re_asked_whole_without_echoing_v
 
 # --- the stand-in server -------------------------------------------------------------------
 
+@pytest.mark.slow
 async def test_the_stand_in_speaks_every_style_and_verdicts_stay_right():
     with StandInJudge(reply_style="mixture", idle_timeout=20) as server:
         config = ReflectionConfig(judge=JudgeConfig(base_url=server.base_url, model="stand-in", max_attempts=3,
@@ -392,6 +393,7 @@ async def test_the_stand_in_speaks_every_style_and_verdicts_stay_right():
     assert len(server.styler.counts) > 5
 
 
+@pytest.mark.slow
 def test_the_stand_in_process_takes_a_reply_style():
     proc = subprocess.Popen([sys.executable, "-m", "reflection.testing.server", "--reply-style", "tool_call",
                              "--idle-timeout", "10", "--max-requests", "1"], stdout=subprocess.PIPE, text=True)
@@ -430,6 +432,7 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_
 ANSWER_KEYS = st.sampled_from(["score", "confidence", "evidence", "explanation", "correction", "other"])
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.dictionaries(ANSWER_KEYS, JSON, max_size=6) | JSON)
 def test_any_answer_is_read_into_a_valid_check_or_refused(answer):
@@ -454,6 +457,7 @@ def test_any_text_gives_an_object_or_says_why_not(text):
     assert isinstance(value, dict)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.dictionaries(st.text(min_size=1, max_size=8), JSON, min_size=1, max_size=4),
        st.text(alphabet=st.characters(blacklist_characters="{}`<>"), max_size=40),

@@ -17,6 +17,8 @@ mcp = pytest.importorskip("mcp")
 
 from mcp import Client, StdioServerParameters
 
+pytestmark = pytest.mark.slow  # processes, servers or subprocess CLI runs: `pytest -m "not slow"` leaves them out
+
 SERVER = Path(__file__).with_name("_mcp_weather_server.py")
 CLI = "from reflection.cli import app; app()"
 

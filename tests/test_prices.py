@@ -114,6 +114,7 @@ def test_the_score_summary_says_unknown_for_an_unpriced_judge(tmp_path):
     assert json.loads(result.stdout)["judge"]["cost_usd"] is None
 
 
+@pytest.mark.slow
 def test_the_price_table_loads_with_a_judge_never_with_import_reflection():
     import subprocess
     import sys

@@ -1,11 +1,14 @@
-"""Every code block of README.md runs as written.
+"""Every code block of README.md and of the documentation pages (docs/*.md) runs as written.
 
-Blocks are found by their fence language, so new ones are picked up without touching this file:
+Blocks are found by their fence language, so new ones (and new pages) are picked up without
+touching this file:
 
 - `python`: executed in a temporary directory holding the repository's examples (`calls.jsonl`,
   `predictions.jsonl`, `references.jsonl` and `examples/`). Top-level `await`, `async for`
-  and `async with` run as they would in an asyncio REPL or notebook. A block runs after the
-  earlier python blocks of its `##` section, in one namespace, as a reader would run them.
+  and `async with` run as they would in an asyncio REPL or notebook (the block, or the text
+  just before it, says how to run it in a script: `asyncio.run(main())`). A block runs after
+  the earlier python blocks of its section, in one namespace, as a reader would run them: in
+  the README a section is a `##` heading, in the docs a whole page.
   A block that defines `test_*` functions is a pytest file: it runs under pytest with
   pytest-asyncio in `asyncio_mode = "auto"` and reflection's plugin, as the README tells the
   reader. A block that imports Ray gets a small local Ray (2 CPUs, no dashboard).
@@ -23,8 +26,10 @@ A judge endpoint in a block (`http(s)://host[:port]/v1`) is served by the loopba
 judge (`reflection.testing.server.StandInJudge`), so nothing leaves the machine.
 
 A block that cannot run offline is preceded by `<!-- readme-test: skip <reason> -->`; keep
-these rare. `<!-- readme-test: same-dir -->` runs a shell block in the previous shell block's
-directory (e.g. to show a resumed run).
+these rare (at most 4 per file). `<!-- readme-test: same-dir -->` runs a shell block in the
+previous shell block's directory, on the same page (e.g. to show a resumed run).
+A line `--8<-- "path"` in a block is the file at that path from the repository root, as the
+docs site's snippets extension includes it.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ from reflection.testing.server import StandInJudge
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCUMENTS = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+"""The README first, then every documentation page."""
 LANGUAGES = ("python", "bash", "console", "json", "yaml")
 OUTPUT = ("text", "")
 """Fence languages of output samples, which are shown, not run."""
@@ -56,34 +63,45 @@ _FENCE = re.compile(r"^```(\S*)\s*$")
 _MARKER = re.compile(r"<!--\s*readme-test:\s*(skip|same-dir)\b\s*(.*?)\s*-->")
 _JUDGE_URL = re.compile(r"https?://[A-Za-z0-9.\-]+(?::\d+)?/v1\b")
 _PIP = re.compile(r"^\s*pip install [^&\n]*&&\s*", re.MULTILINE)
+_SNIPPET = re.compile(r'^--8<-- "([^"]+)"$', re.MULTILINE)
 
 
 @dataclass(frozen=True)
 class Block:
-    """One fenced code block of the README."""
+    """One fenced code block of the README or of a documentation page."""
 
     line: int
     lang: str
     code: str
     section: str
-    """The `##` heading it sits under."""
+    """The `##` heading it sits under in the README; "" on a documentation page (one section)."""
     marker: str | None = None
     reason: str = ""
+    path: str = "README.md"
+    """The file, relative to the repository root."""
+    lead: str = ""
+    """The text between the previous heading or block and this one."""
 
     @property
     def name(self) -> str:
-        return f"README.md:{self.line}:{self.lang}"
+        return f"{self.path}:{self.line}:{self.lang}"
 
 
-def readme_blocks(text: str | None = None) -> list[Block]:
-    """The fenced blocks of the README, with their section and readme-test marker."""
-    lines = (README.read_text(encoding="utf-8") if text is None else text).splitlines()
-    blocks, section, i = [], "", 0
+def readme_blocks(text: str | None = None, path: str = "README.md") -> list[Block]:
+    """The fenced blocks of a Markdown file (the README by default), with their section and
+    readme-test marker."""
+    source = ROOT / path
+    lines = (source.read_text(encoding="utf-8") if text is None else text).splitlines()
+    by_heading = path == "README.md"
+    blocks, section, i, lead = [], "", 0, []
     while i < len(lines):
-        if lines[i].startswith("## "):
-            section = lines[i][3:].strip()
+        if lines[i].startswith("#"):
+            lead = []
+            if by_heading and lines[i].startswith("## "):
+                section = lines[i][3:].strip()
         fence = _FENCE.match(lines[i])
         if not fence:
+            lead.append(lines[i])
             i += 1
             continue
         start = i
@@ -100,12 +118,15 @@ def readme_blocks(text: str | None = None) -> list[Block]:
                 marker, reason = found.group(1), found.group(2)
                 break
             j -= 1
-        blocks.append(Block(start + 1, fence.group(1), "\n".join(body) + "\n", section, marker, reason))
+        code = _SNIPPET.sub(lambda m: (ROOT / m.group(1)).read_text(encoding="utf-8").rstrip("\n"),
+                            "\n".join(body) + "\n")
+        blocks.append(Block(start + 1, fence.group(1), code, section, marker, reason, path, "\n".join(lead)))
+        lead = []
         i += 1
     return blocks
 
 
-BLOCKS = readme_blocks()
+BLOCKS = [block for document in DOCUMENTS for block in readme_blocks(path=document.relative_to(ROOT).as_posix())]
 
 
 def of(lang: str) -> list[Block]:
@@ -129,7 +150,30 @@ def test_every_block_has_a_known_language():
 def test_skip_markers_say_why_and_stay_rare():
     skipped = [b for b in BLOCKS if b.marker == "skip"]
     assert all(b.reason for b in skipped), [b.name for b in skipped if not b.reason]
-    assert len(skipped) <= 4, [b.name for b in skipped]
+    for document in DOCUMENTS:
+        here = [b.name for b in skipped if b.path == document.relative_to(ROOT).as_posix()]
+        assert len(here) <= 4, here
+
+
+def test_the_docs_pages_have_blocks_to_run():
+    pages = {b.path for b in BLOCKS if b.path != "README.md"}
+    assert len(pages) >= 10, sorted(pages)
+
+
+def needs_event_loop(code: str) -> bool:
+    """True when the block awaits at the top level, as only a notebook or asyncio REPL runs it."""
+    try:
+        compile(code, "<block>", "exec")
+    except SyntaxError:
+        compile(code, "<block>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        return True
+    return False
+
+
+def test_blocks_that_await_say_how_to_run_them_in_a_script():
+    silent = [b.name for b in of("python") if b.marker != "skip" and needs_event_loop(b.code)
+              and "asyncio.run(" not in b.code + b.lead]
+    assert not silent, f"say how to run these in a script (`asyncio.run(main())`), just before the block: {silent}"
 
 
 def test_the_parser_finds_blocks_markers_and_sections():
@@ -137,6 +181,15 @@ def test_the_parser_finds_blocks_markers_and_sections():
     first, second = readme_blocks(text)
     assert (first.lang, first.marker, first.reason, first.section, first.code) == ("python", "skip", "needs a GPU", "A", "x = 1\n")
     assert (second.lang, second.marker, second.section, second.line) == ("bash", None, "B", 7)
+    on_a_page = readme_blocks(text, path="docs/page.md")
+    assert [(b.section, b.name) for b in on_a_page] == [("", "docs/page.md:3:python"), ("", "docs/page.md:7:bash")]
+
+
+def test_the_parser_includes_snippets_and_keeps_the_text_before_a_block():
+    text = 'Run it:\n\n```yaml\n--8<-- "config.example.yaml"\n```\n'
+    (block,) = readme_blocks(text, path="docs/page.md")
+    assert block.code == (ROOT / "config.example.yaml").read_text(encoding="utf-8").rstrip("\n") + "\n"
+    assert block.lead.strip() == "Run it:"
 
 
 def test_the_entry_points_name_their_arguments_as_the_readme_does():
@@ -199,6 +252,7 @@ def is_pytest_file(block: Block) -> bool:
                for node in ast.parse(block.code).body)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", params("python"))
 def test_python_block(block, tmp_path, monkeypatch, judge_url):
     monkeypatch.chdir(workdir(tmp_path, judge_url))
@@ -213,8 +267,8 @@ def test_python_block(block, tmp_path, monkeypatch, judge_url):
         assert run.returncode == 0, run.stdout + run.stderr
         return
     namespace: dict = {"__name__": "__readme__"}
-    earlier = [b for b in of("python") if b.section == block.section and b.line < block.line
-               and b.marker != "skip" and not is_pytest_file(b)]
+    earlier = [b for b in of("python") if b.path == block.path and b.section == block.section
+               and b.line < block.line and b.marker != "skip" and not is_pytest_file(b)]
     with small_ray(block.code):
         for b in [*earlier, block]:
             run_python(with_judge(b.code, judge_url), namespace, b.name)
@@ -246,7 +300,7 @@ _dirs: dict[str, Path] = {}
 
 def shell_dir(block: Block, tmp_path: Path, judge_url: str) -> Path:
     if block.marker == "same-dir":
-        previous = [b for b in BLOCKS if b.lang in ("bash", "console") and b.line < block.line]
+        previous = [b for b in BLOCKS if b.path == block.path and b.lang in ("bash", "console") and b.line < block.line]
         if previous and previous[-1].name in _dirs:
             path = _dirs[previous[-1].name]
             _dirs[block.name] = path
@@ -262,6 +316,7 @@ def run_shell(code: str, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", params("bash"))
 def test_bash_block(block, tmp_path, judge_url):
     cwd = shell_dir(block, tmp_path, judge_url)
@@ -280,6 +335,7 @@ def console_commands(block: Block) -> list[tuple[str, list[str]]]:
     return steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", params("console"))
 def test_console_block(block, tmp_path, judge_url):
     cwd = shell_dir(block, tmp_path, judge_url)
@@ -331,6 +387,7 @@ def differences(shown, real, path="$") -> list[str]:
     return [] if shown == real else [f"{path}: README shows {shown!r}, the row has {real!r}"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", params("json"))
 def test_json_block(block, example_rows):
     value = json.loads(block.code)

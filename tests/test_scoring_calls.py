@@ -136,6 +136,7 @@ calls = st.builds(lambda n, a: {"name": n, "arguments": a}, names, arguments)
 predictions = calls | calls.map(lambda c: {"type": "function", "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}) | json_values
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(prediction=predictions, reference=calls)
 def test_every_call_score_is_in_0_1(prediction, reference):

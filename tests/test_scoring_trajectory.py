@@ -286,6 +286,7 @@ def test_identical_trajectories_score_1(trajectory, mode, evaluation_params):
     assert trajectory_correctness(trajectory, trajectory, evaluation_params=evaluation_params, **mode).score == 1.0
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(called=steps, expected=steps, seed=st.integers(0, 2**16))
 def test_default_mode_is_invariant_to_permutations(called, expected, seed):

@@ -23,6 +23,8 @@ from _service_support import HISTORY, TOOLS, ServiceProcess, wait_in_flight  # n
 from reflection.cli import app  # noqa: E402
 from reflection.testing.upstream import StandInModel  # noqa: E402
 
+pytestmark = pytest.mark.slow  # processes, servers or a browser: `pytest -m "not slow"` leaves them out
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "calls.jsonl"
 KEYS = ["test-key-one", "test-key-two"]
 AUTH = {"Authorization": f"Bearer {KEYS[0]}"}

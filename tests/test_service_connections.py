@@ -18,6 +18,8 @@ from _service_support import HISTORY, TOOLS, ServiceProcess, wait_in_flight  # n
 
 from reflection.testing.upstream import StandInModel  # noqa: E402
 
+pytestmark = pytest.mark.slow  # processes, servers or subprocess CLI runs: `pytest -m "not slow"` leaves them out
+
 KEYS = ["key-a", "key-b"]
 A = {"Authorization": f"Bearer {KEYS[0]}"}
 B = {"Authorization": f"Bearer {KEYS[1]}"}

@@ -14,6 +14,8 @@ from _service_support import ServiceProcess  # noqa: E402
 
 from reflection.testing.upstream import StandInModel  # noqa: E402
 
+pytestmark = pytest.mark.slow  # processes, servers or subprocess CLI runs: `pytest -m "not slow"` leaves them out
+
 KEY = "fuzz-key"
 
 

@@ -15,6 +15,8 @@ from _service_support import HISTORY, TOOLS, ServiceProcess  # noqa: E402
 
 from reflection.testing.upstream import StandInModel  # noqa: E402
 
+pytestmark = pytest.mark.slow  # processes, servers or a browser: `pytest -m "not slow"` leaves them out
+
 VALID = {"content": "Let me look that up.", "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]}
 FIXABLE = {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": "2"}}]}
 HALLUCINATED = {"tool_calls": [{"name": "get_forecast_for_city", "arguments": {"city": "Paris"}}]}

@@ -19,6 +19,8 @@ from _service_support import TOOLS, ServiceProcess  # noqa: E402
 from reflection.testing.server import StandInJudge  # noqa: E402
 from reflection.testing.upstream import StandInModel  # noqa: E402
 
+pytestmark = pytest.mark.slow  # processes, servers or a browser: `pytest -m "not slow"` leaves them out
+
 TOKYO = {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Tokyo", "days": 2}}]}
 PARIS = {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]}
 SCRIPT = {"stubborn": [TOKYO], "learns": [TOKYO, PARIS]}

@@ -223,6 +223,7 @@ def _paths(seeds: list[int], flat: tuple[bool, ...] = (False, True), workers: tu
             for seed in seeds for w in workers for f in flat]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("seed", "workers", "flat"), _paths(list(SEEDS)))
 def test_check_writes_what_the_api_gives(seed, workers, flat, corpora, expected, tmp_path):
     assert_same_lines(check_lines(corpora[seed], tmp_path / "out.jsonl", workers, flat), expected[seed, flat])
@@ -230,11 +231,13 @@ def test_check_writes_what_the_api_gives(seed, workers, flat, corpora, expected,
 
 # `batch` shares the rows with `check` and differs in how it writes them: every variant on one
 # corpus, the worker path on the others.
+@pytest.mark.slow
 @pytest.mark.parametrize(("seed", "workers", "flat"), _paths([1]) + _paths([2, 3], flat=(False,), workers=(2,)))
 def test_batch_writes_what_the_api_gives(seed, workers, flat, corpora, expected, tmp_path):
     assert_same_lines(batch_lines(corpora[seed], tmp_path / "out.jsonl", workers, flat), expected[seed, flat])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_check_to_stdout_writes_what_the_api_gives(workers, corpora, expected):
     result = runner.invoke(app, ["check", str(corpora[3]), "--static-only", "--workers", str(workers)])
@@ -242,6 +245,7 @@ def test_check_to_stdout_writes_what_the_api_gives(workers, corpora, expected):
     assert_same_lines(result.stdout_bytes.splitlines(keepends=True), expected[3, False])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_lines_over_max_line_bytes_are_the_same_error_rows_everywhere(workers, corpora, tmp_path):
     """A config's `max_line_bytes` makes long lines error rows (the workers get their message,
@@ -265,6 +269,7 @@ def test_check_in_many_small_chunks_writes_what_the_api_gives(corpora, expected,
     assert_same_lines(check_lines(corpora[2], tmp_path / "out.jsonl", 2, False), expected[2, False])
 
 
+@pytest.mark.slow
 def test_the_reflection_command_writes_what_the_api_gives(corpora, expected, tmp_path):
     """The installed entry point in a fresh process: cold caches, workers forked from a
     single-threaded parent."""
@@ -278,6 +283,7 @@ def test_the_reflection_command_writes_what_the_api_gives(corpora, expected, tmp
     assert_same_lines(out.read_bytes().splitlines(keepends=True), expected[1, False])
 
 
+@pytest.mark.slow
 def test_check_on_a_json_array_writes_what_the_api_gives(corpora, tmp_path):
     """A JSON array is read and prepared in the parent, which sends prepared rows to the workers."""
     elements = []
@@ -486,6 +492,7 @@ def _by_id(lines: list[bytes]) -> dict[str, bytes]:
     return {json.loads(line)["id"]: line for line in lines}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_batch_resumes_an_output_holding_some_ids(workers, corpora, expected, tmp_path):
     """An output already holding a scattered subset of the rows (duplicates' renamed ids, ids
@@ -502,6 +509,7 @@ def test_batch_resumes_an_output_holding_some_ids(workers, corpora, expected, tm
     assert_same_lines(written, kept + [line for rid, line in _by_id(full).items() if rid not in kept_ids])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_batch_run_again_on_its_own_output_writes_nothing(workers, corpora, tmp_path):
     out = tmp_path / "out.jsonl"

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import jsonschema
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -66,6 +67,7 @@ def assert_complete(result: StaticResult) -> None:
     result.model_dump_json()  # lone surrogates and over-long integers were reported, not kept
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(call=CALL_LIKE, tools=JSON | SPEC_LIKE | st.lists(SPEC_LIKE, max_size=4))
 def test_any_json_as_spec_and_call_gives_a_complete_result(call, tools):
@@ -74,6 +76,7 @@ def test_any_json_as_spec_and_call_gives_a_complete_result(call, tools):
         assert_complete(result)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(arguments=JSON, schema=SPEC_LIKE)
 def test_any_json_schema_and_arguments_give_a_complete_result(arguments, schema):
@@ -262,6 +265,7 @@ def schema_and_arguments(draw: st.DrawFn) -> tuple[dict, dict]:
 REFERENCE = jsonschema.Draft202012Validator
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(case=schema_and_arguments())
 def test_validity_agrees_with_the_reference_implementation(case):

@@ -39,13 +39,13 @@ def test_a_judge_failure_is_reported_with_score_explanation_and_evidence(fake_ju
     ]
 
 
-def test_the_readme_shows_the_message_the_helper_writes(fake_judge):
+def test_the_docs_show_the_message_the_helper_writes(fake_judge):
     from pathlib import Path
 
     fake_judge.script("general_hallucination_check", score=1, evidence=[ASKED],
                       explanation="The user asked about A-17, not B-99.")
     message = failure({"name": "get_order", "arguments": {"order_id": "B-99"}}, fake_judge)
-    assert message in (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert message in (Path(__file__).resolve().parents[1] / "docs" / "testing.md").read_text()
 
 
 def test_static_failures_list_their_findings_and_the_correction_without_a_judge():

@@ -13,6 +13,8 @@ from reflection.batch._workers import reflect_in_processes, reflect_lines_in_pro
 from reflection.cli import app
 from reflection._resources import example_path
 
+pytestmark = pytest.mark.slow  # processes, servers or a browser: `pytest -m "not slow"` leaves them out
+
 runner = CliRunner()
 
 TOOLS = [

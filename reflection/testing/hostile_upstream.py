@@ -916,11 +916,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m reflection.testing.hostile_upstream", description=doc.split("\n\n")[0],
         epilog=scenarios + "Pick one per request with `scenario:NAME[:ARG]` in the last user message, the "
-        "x-hostile-scenario header, or the model. GET /requests lists what was received.",
+        "x-hostile-scenario header, or the model. GET /requests lists what was received.\n\n"
+        "It listens on 127.0.0.1 only and prints its base URL (http://127.0.0.1:PORT/v1) on stdout once\n"
+        "it is ready. Idle exit: it exits by itself, with status 0, after --idle-timeout seconds without\n"
+        "a request (ending any reply still being sent), and prints on stderr how many chat requests it\n"
+        "received; so a forgotten upstream never outlives its test.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--port", type=int, default=0, help="the port on 127.0.0.1 (0: any free one)")
-    parser.add_argument("--idle-timeout", type=float, default=120.0, help="exit after this many seconds without a request")
-    parser.add_argument("--max-records", type=int, default=1000, help="how many requests GET /requests remembers")
+    parser.add_argument("--port", type=int, default=0, help="the port to listen on, on 127.0.0.1 (default: 0, any free port; the URL printed names it)")
+    parser.add_argument("--idle-timeout", type=float, default=120.0, help="exit after this many seconds without a request (default: %(default)s)")
+    parser.add_argument("--max-records", type=int, default=1000, help="how many requests GET /requests remembers, the oldest dropped first (default: %(default)s)")
     parser.add_argument("--ignore-expect", action="store_true",
                         help="never answer `Expect: 100-continue` (a client that waits for it hangs)")
     args = parser.parse_args(argv)

@@ -326,17 +326,39 @@ class _FaultyConnection(_Connection):
 
 def main(argv: list[str] | None = None) -> None:
     """Run the stand-in in the foreground and print its base URL."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--latency", type=float, default=0.0)
-    parser.add_argument("--fault-rate", type=float, default=0.0)
-    parser.add_argument("--max-requests", type=int, default=1_000_000)
-    parser.add_argument("--idle-timeout", type=float, default=120.0)
-    parser.add_argument("--reply-style", choices=REPLY_STYLES, default="exact",
-                        help="write replies as real models do; a truncated reply is sent whole to a request "
+    parser = argparse.ArgumentParser(
+        prog="python -m reflection.testing.server", description=__doc__.splitlines()[0],
+        epilog="It listens on 127.0.0.1 only and prints its base URL (http://127.0.0.1:PORT/v1) on stdout "
+               "once it is ready; point a judge's base_url at it (any model name and API key). Every check "
+               "scores 5, except the hallucination check, which scores 2 when the request's grounding shows a "
+               "value found nowhere. Idle exit: it exits by itself, with status 0, after --idle-timeout seconds "
+               "without a request or once it has answered --max-requests requests, and prints on stderr how "
+               "many requests it served; so a forgotten stand-in never outlives its test.")
+    parser.add_argument("--port", type=int, default=0,
+                        help="the port to listen on, on 127.0.0.1 (default: 0, any free port; the URL printed names it)")
+    parser.add_argument("--latency", type=float, default=0.0,
+                        help="seconds to wait before answering each request, as a remote judge would "
+                             "(default: %(default)s)")
+    parser.add_argument("--fault-rate", type=float, default=0.0,
+                        help="the share of requests (0 to 1) answered with a fault chosen at random: HTTP 429 "
+                             "(retry-after 0), HTTP 500, a timeout (the connection held 3 s beyond --latency, then closed without an answer), a reply "
+                             "that is not JSON, or scores out of range (default: %(default)s, no faults)")
+    parser.add_argument("--max-requests", type=int, default=1_000_000,
+                        help="exit after answering this many requests (default: %(default)s)")
+    parser.add_argument("--idle-timeout", type=float, default=120.0,
+                        help="exit after this many seconds without a request (default: %(default)s)")
+    parser.add_argument("--reply-style", choices=REPLY_STYLES, default="exact", metavar="STYLE",
+                        help="write replies as real models do, one of: " + ", ".join(REPLY_STYLES)
+                             + " (mixture: each request in one of the others, picked from a hash of its messages; default: exact, the bare JSON object); "
+                             "a truncated reply is sent whole to a request "
                              f"whose completion budget is above {TRUNCATED_BUDGET} tokens")
-    parser.add_argument("--transport-fault", choices=TRANSPORT_FAULTS, help="misbehave on the wire on every request")
-    parser.add_argument("--status", type=int, default=401, help="the HTTP status of --transport-fault status")
+    parser.add_argument("--transport-fault", choices=TRANSPORT_FAULTS,
+                        help="misbehave on the wire on every request: trickle (the right reply, one byte every "
+                             "0.2 s, hanging up after 30 s), huge (HTTP 200 with a 64 MiB body and no "
+                             "content-length), status (HTTP --status with an OpenAI-style error, as a server with "
+                             "a wrong key, model or path answers) (default: none)")
+    parser.add_argument("--status", type=int, default=401,
+                        help="the HTTP status of --transport-fault status, e.g. 401, 403 or 404 (default: %(default)s)")
     args = parser.parse_args(argv)
     options: dict[str, Any] = {"latency": args.latency, "fault_rate": args.fault_rate, "max_requests": args.max_requests,
                                "idle_timeout": args.idle_timeout, "port": args.port, "reply_style": args.reply_style}

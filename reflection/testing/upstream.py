@@ -349,12 +349,29 @@ class StandInModel(BackgroundServer):
 
 def main(argv: list[str] | None = None) -> None:
     """Run the stand-in model in the foreground and print its base URL."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--script", help="JSON file: {model: [reply, ...]}")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--latency", type=float, default=0.0)
-    parser.add_argument("--chunk-delay", type=float, default=0.0)
-    parser.add_argument("--idle-timeout", type=float, default=120.0)
+    parser = argparse.ArgumentParser(
+        prog="python -m reflection.testing.upstream", description=__doc__.splitlines()[0],
+        epilog="It listens on 127.0.0.1 only and prints its base URL (http://127.0.0.1:PORT/v1) on stdout "
+               "once it is ready: point the gateway's upstream.base_url (or any OpenAI client) at it. The "
+               "reply is chosen by the request's model: the script's reply at the index of the number of "
+               "`tool` messages in the request (clamped to the last), so a model re-asked with feedback "
+               "gives its next scripted reply; a model not in the script answers the text \"ok\". Idle exit: "
+               "it exits by itself, with status 0, after --idle-timeout seconds without a request, and "
+               "prints on stderr how many requests it served; so a forgotten stand-in never outlives its test.")
+    parser.add_argument("--script", metavar="FILE",
+                        help='a JSON file {model: [reply, ...]}; a reply is {"content": "text" or null, '
+                             '"tool_calls": [{"name": ..., "arguments": {...} or "raw text"}]} or an error '
+                             '{"status": 429, "error": {"message": ...}, "headers": {...}}, and "delay": seconds '
+                             "makes it slow (default: none, every model answers \"ok\")")
+    parser.add_argument("--port", type=int, default=0,
+                        help="the port to listen on, on 127.0.0.1 (default: 0, any free port; the URL printed names it)")
+    parser.add_argument("--latency", type=float, default=0.0,
+                        help="seconds to wait before answering each chat request, as a remote model would "
+                             "(default: %(default)s)")
+    parser.add_argument("--chunk-delay", type=float, default=0.0,
+                        help="seconds between the chunks of a streamed (`stream: true`) reply (default: %(default)s)")
+    parser.add_argument("--idle-timeout", type=float, default=120.0,
+                        help="exit after this many seconds without a request (default: %(default)s)")
     args = parser.parse_args(argv)
     script = json.loads(open(args.script, encoding="utf-8").read()) if args.script else {}  # noqa: SIM115
     server = StandInModel(script, latency=args.latency, chunk_delay=args.chunk_delay,
