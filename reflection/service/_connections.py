@@ -38,6 +38,7 @@ from reflection.service._middleware import ARRIVED
 __all__ = ["FD_RESERVE", "GuardedHttpToolsProtocol", "Limits", "configure", "limits"]
 
 logger = logging.getLogger("reflection.service")
+_now = time.perf_counter
 
 FD_RESERVE = 64
 """Descriptors kept for what is not a client connection (log files, the metrics directory, the
@@ -123,6 +124,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         self._read_size = len(data)
         super().data_received(data)
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope and not cycle.response_complete:
+            return  # the usual case: a request under way, its headers complete
         if self.transport.is_closing():
             return
         if self._in_headers():
@@ -141,7 +145,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._idle.pop(self, None)
-        self._cancel_header_timer()
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
         # Headers that came whole in one large read were never counted: count them (rarely needed).
         if self._read_size > limits.max_header_bytes and len(self.url) + sum(
                 len(name) + len(value) + 4 for name, value in self.headers) > limits.max_header_bytes:
@@ -156,17 +162,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().send_400_response(msg)
 
     def on_message_complete(self) -> None:
-        if self.scope is not None:
-            self.scope["state"][ARRIVED] = time.perf_counter()
+        self.scope["state"][ARRIVED] = _now()
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        pipelined = bool(self.pipeline)  # then the next request starts now: not idle
         super().on_response_complete()
-        if self.transport.is_closing() or self._busy():
+        if pipelined or self.transport.is_closing():
             return
-        self._idle[self] = None
-        self._idle.move_to_end(self)
-        if self._in_headers():  # the next request had begun arriving while this one was answered
+        self._idle[self] = None  # newest idle (on_headers_complete took it out)
+        if self.cycle.scope is not self.scope:  # the next request had begun arriving meanwhile
             self._arm_header_timer()
 
     # --- helpers ------------------------------------------------------------------------
