@@ -25,7 +25,6 @@ the request is authenticated and can be answered in JSON.
 from __future__ import annotations
 
 import logging
-import resource
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -72,6 +71,10 @@ def configure(service: Any, metrics: Any = None) -> int:
 def _fit_file_limit(wanted: int, reserve: int) -> int:
     """`wanted` connections, raising the soft open-file limit toward the hard one if needed, or as
     many as the limit leaves room for beside `reserve` (at least 1), with a warning."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: no limit to read
+        return wanted
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = wanted + reserve
     if soft != resource.RLIM_INFINITY and soft < need:

@@ -188,7 +188,8 @@ class ServiceMiddleware:
                 if message["type"] == "http.request" and not message.get("more_body", False):
                     body: bytes | None = message.get("body", b"")
                     if len(body) > self.max_body_bytes:  # type: ignore[arg-type]
-                        body = await self._too_large(send)
+                        await self._too_large(send)
+                        body = None
                 else:
                     body = await self._read_rest(message, receive, send)
                 if receiving:
@@ -247,7 +248,8 @@ class ServiceMiddleware:
             if chunk:
                 size += len(chunk)
                 if size > self.max_body_bytes:
-                    return await self._too_large(send)
+                    await self._too_large(send)
+                    return None
                 chunks.append(chunk)
             if not message.get("more_body", False):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
