@@ -27,7 +27,7 @@ under 500 MB.
 
     python benchmarks/bench_attack.py [--seconds 6] [--clients 2] [--think 0.02] [--hoard 1100]
                                       [--trickle 256] [--schema-levels 14] [--reply-mb 64]
-                                      [--nofile 1024] [--only ARM ...]
+                                      [--nofile 1024] [--only ARM ...] [--service-root DIR]
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ ARMS = ("none", "idle-connections", "partial-headers", "trickled-bodies", "10000
         "schema-expansion", "huge-upstream-reply")
 
 
-def _env() -> dict[str, str]:
+def _env(root: Path = ROOT) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFLECTION_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     return env
 
 
@@ -79,14 +79,14 @@ def _limit_files(nofile: int) -> Any:
     return apply
 
 
-def start_service(tmp: Path, upstream: str, nofile: int) -> tuple[subprocess.Popen[bytes], str, Path]:
+def start_service(tmp: Path, upstream: str, nofile: int, root: Path = ROOT) -> tuple[subprocess.Popen[bytes], str, Path]:
     config = tmp / "config.yaml"
     config.write_text(json.dumps({"service": {"api_keys": [GOOD, BAD]}, "upstream": {"base_url": upstream}}))
     log = tmp / "service.log"
     with log.open("wb") as err:
         process = subprocess.Popen([sys.executable, "-c", "from reflection.cli import app; app()", "serve",
                                     "--config", str(config), "--port", "0"],
-                                   stdout=subprocess.DEVNULL, stderr=err, env=_env(), cwd=ROOT,
+                                   stdout=subprocess.DEVNULL, stderr=err, env=_env(root), cwd=root,
                                    preexec_fn=_limit_files(nofile))  # noqa: PLW1509 - no threads here yet
     return process, _wait_for(process, log, r"serving on (http://127\.0\.0\.1:\d+)", "/healthz"), log
 
@@ -189,8 +189,9 @@ def client(url: str, seconds: float, clients: int, think: float) -> None:
         headers = {"authorization": f"Bearer {GOOD}", "content-type": "application/json"}
         limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
         async with httpx.AsyncClient(base_url=url, headers=headers, timeout=10, limits=limits) as http:
-            for _ in range(20):  # warm-up: connections, caches
-                await http.post("/v1/gate", content=body)
+            for _ in range(20):  # warm-up: connections, caches (under attack: maybe refused)
+                with contextlib.suppress(httpx.HTTPError):
+                    await http.post("/v1/gate", content=body)
             stop = time.monotonic() + seconds
             await asyncio.gather(*(one(http, stop) for _ in range(clients)))
 
@@ -406,7 +407,7 @@ def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         upstream, upstream_url = start_upstream(tmp, args.reply_mb)
-        service, url, log = start_service(tmp, upstream_url, args.nofile)
+        service, url, log = start_service(tmp, upstream_url, args.nofile, Path(args.service_root).resolve())
         try:
             results = []
             for name in arms:
@@ -460,6 +461,8 @@ def main() -> None:
     parser.add_argument("--reply-mb", type=int, default=64)
     parser.add_argument("--nofile", type=int, default=1024, help="the service's open-file limit")
     parser.add_argument("--only", nargs="*", choices=ARMS[1:], help="run only these attacks")
+    parser.add_argument("--service-root", default=str(ROOT),
+                        help="run the service of another checkout (e.g. the previous release's), for a before/after")
     run(parser.parse_args())
 
 
