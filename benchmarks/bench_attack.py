@@ -20,13 +20,14 @@ while one attack runs from this process with key `bad` (or no key):
 - huge-upstream-reply: the gateway, whose upstream answers with a `--reply-mb` MB completion.
 
 Printed per arm: the client's requests, failures (anything but 200, or no answer), p50 and p99
-(ms), the p99 as a ratio of the first no-attack arm's, the service's peak RSS while the arm ran,
-and what the attacker's requests got. Targets (the issue's): p99 within 2x, no failures, peak RSS
+(ms), the p99 as a ratio of the no-attack arms' mean p99, the service's peak RSS while the arm ran,
+the service's and the attacker's CPU (share of one core: on a small machine the attacker's own
+CPU slows the service too), and what the attacker's requests got. Targets (the issue's): p99 within 2x, no failures, peak RSS
 under 500 MB.
 
     python benchmarks/bench_attack.py [--seconds 6] [--clients 2] [--think 0.02] [--hoard 1100]
                                       [--trickle 256] [--schema-levels 14] [--reply-mb 64]
-                                      [--nofile 1024] [--only ARM ...]
+                                      [--nofile 1024] [--only ARM ...] [--service-root DIR]
 """
 
 from __future__ import annotations
@@ -62,9 +63,9 @@ ARMS = ("none", "idle-connections", "partial-headers", "trickled-bodies", "10000
         "schema-expansion", "huge-upstream-reply")
 
 
-def _env() -> dict[str, str]:
+def _env(root: Path = ROOT) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFLECTION_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     return env
 
 
@@ -78,14 +79,14 @@ def _limit_files(nofile: int) -> Any:
     return apply
 
 
-def start_service(tmp: Path, upstream: str, nofile: int) -> tuple[subprocess.Popen[bytes], str, Path]:
+def start_service(tmp: Path, upstream: str, nofile: int, root: Path = ROOT) -> tuple[subprocess.Popen[bytes], str, Path]:
     config = tmp / "config.yaml"
     config.write_text(json.dumps({"service": {"api_keys": [GOOD, BAD]}, "upstream": {"base_url": upstream}}))
     log = tmp / "service.log"
     with log.open("wb") as err:
         process = subprocess.Popen([sys.executable, "-c", "from reflection.cli import app; app()", "serve",
                                     "--config", str(config), "--port", "0"],
-                                   stdout=subprocess.DEVNULL, stderr=err, env=_env(), cwd=ROOT,
+                                   stdout=subprocess.DEVNULL, stderr=err, env=_env(root), cwd=root,
                                    preexec_fn=_limit_files(nofile))  # noqa: PLW1509 - no threads here yet
     return process, _wait_for(process, log, r"serving on (http://127\.0\.0\.1:\d+)", "/healthz"), log
 
@@ -188,8 +189,9 @@ def client(url: str, seconds: float, clients: int, think: float) -> None:
         headers = {"authorization": f"Bearer {GOOD}", "content-type": "application/json"}
         limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
         async with httpx.AsyncClient(base_url=url, headers=headers, timeout=10, limits=limits) as http:
-            for _ in range(20):  # warm-up: connections, caches
-                await http.post("/v1/gate", content=body)
+            for _ in range(20):  # warm-up: connections, caches (under attack: maybe refused)
+                with contextlib.suppress(httpx.HTTPError):
+                    await http.post("/v1/gate", content=body)
             stop = time.monotonic() + seconds
             await asyncio.gather(*(one(http, stop) for _ in range(clients)))
 
@@ -339,7 +341,20 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
 # --- one arm ----------------------------------------------------------------------------------------------
 
 
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU of this process (None) or of process `pid` (Linux /proc; 0 elsewhere)."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
+
+
 async def arm(name: str, url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
+    cpu = (cpu_seconds(), cpu_seconds(pid), time.monotonic())
     attack = Attack(url, args)
     attacking = asyncio.ensure_future(attack.run(name))
     peak = rss_mb(pid)
@@ -356,7 +371,9 @@ async def arm(name: str, url: str, pid: int, args: argparse.Namespace) -> dict[s
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(attacking, 30)
     out = json.loads(reading.result()[0])
-    return {"latencies": out["latencies"], "failures": out["failures"], "peak_rss_mb": peak, "seen": attack.seen}
+    wall = time.monotonic() - cpu[2]
+    return {"latencies": out["latencies"], "failures": out["failures"], "peak_rss_mb": peak, "seen": attack.seen,
+            "attacker_cpu": (cpu_seconds() - cpu[0]) / wall, "service_cpu": (cpu_seconds(pid) - cpu[1]) / wall}
 
 
 def settle(url: str, timeout: float = 120) -> None:
@@ -390,23 +407,30 @@ def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         upstream, upstream_url = start_upstream(tmp, args.reply_mb)
-        service, url, log = start_service(tmp, upstream_url, args.nofile)
+        service, url, log = start_service(tmp, upstream_url, args.nofile, Path(args.service_root).resolve())
         try:
-            base_p99 = None
-            print(f"{'attack':<22}{'requests':>9}{'failed':>8}{'p50 ms':>9}{'p99 ms':>9}{'p99 ratio':>11}"
-                  f"{'peak RSS MB':>13}  attacker saw")
+            results = []
             for name in arms:
                 settle(url)
-                result = asyncio.run(arm(name, url, service.pid, args))
+                print(f"  running: {name}", file=sys.stderr, flush=True)
+                results.append((name, asyncio.run(arm(name, url, service.pid, args))))
+            # The base: the mean p99 of the no-attack arms before and after, so a machine that got
+            # busier or quieter during the run weighs on both sides alike.
+            quiet = [_pct(result["latencies"], 0.99) * 1000 for name, result in results if name == "none"]
+            base_p99 = sum(quiet) / len(quiet)
+            print(f"{'attack':<22}{'requests':>9}{'failed':>8}{'p50 ms':>9}{'p99 ms':>9}{'p99 ratio':>11}"
+                  f"{'peak RSS MB':>13}{'service CPU':>13}{'attacker CPU':>14}  attacker saw")
+            for name, result in results:
                 latencies = result["latencies"]
                 p50, p99 = _pct(latencies, 0.5) * 1000, _pct(latencies, 0.99) * 1000
-                if base_p99 is None:
-                    base_p99 = p99
                 failed = sum(result["failures"].values())
                 seen = ", ".join(f"{k} {v}" for k, v in sorted(result["seen"].items(), key=lambda kv: -kv[1])[:5])
                 failures = f" ({', '.join(f'{k} {v}' for k, v in result['failures'].items())})" if failed else ""
                 print(f"{name:<22}{len(latencies):>9}{failed:>8}{p50:>9.2f}{p99:>9.2f}{p99 / base_p99:>10.2f}x"
-                      f"{result['peak_rss_mb']:>13.0f}  {seen or '-'}{failures}", flush=True)
+                      f"{result['peak_rss_mb']:>13.0f}{result['service_cpu']:>12.0%}{result['attacker_cpu']:>13.0%}"
+                      f"  {seen or '-'}{failures}")
+            print(f"p99 ratio: against {base_p99:.2f} ms, the mean p99 of the two no-attack arms (target <= 2x, "
+                  "no failures, peak RSS < 500 MB)")
             warnings = [line for line in log.read_text(errors="replace").splitlines() if '"level":"warning"' in line]
             for line in warnings[:3]:
                 print("service warning:", json.loads(line)["msg"])
@@ -437,6 +461,8 @@ def main() -> None:
     parser.add_argument("--reply-mb", type=int, default=64)
     parser.add_argument("--nofile", type=int, default=1024, help="the service's open-file limit")
     parser.add_argument("--only", nargs="*", choices=ARMS[1:], help="run only these attacks")
+    parser.add_argument("--service-root", default=str(ROOT),
+                        help="run the service of another checkout (e.g. the previous release's), for a before/after")
     run(parser.parse_args())
 
 

@@ -197,3 +197,36 @@ async def test_a_failed_row_whose_line_is_now_over_max_line_bytes_is_kept_not_lo
     ids = ids_of(out)
     assert ids.count(failed[0]) == 1  # read as an over-long line now, so not dropped and never re-read
     assert len(ids) == len(set(ids))
+
+
+def test_a_run_killed_while_asking_again_leaves_every_old_row_in_place(failed_output):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    source, out, failed = failed_output
+    before = out.read_bytes()
+    side = out.with_name(f".{out.name}.retried")
+    with StandInJudge(latency=0.3, idle_timeout=60) as server:
+        command = [sys.executable, "-m", "reflection.batch._cli", "batch", str(source), "-o", str(out),
+                   "--base-url", server.base_url, "--model", "stand-in", "--concurrency", "1", "--no-progress"]
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not side.exists():  # a first row asked again has landed
+                assert child.poll() is None, child.stderr.read().decode()
+                time.sleep(0.01)
+            os.kill(child.pid, signal.SIGKILL)
+        finally:
+            child.wait()
+            child.stderr.close()
+        assert child.returncode == -signal.SIGKILL
+        assert out.read_bytes() == before  # nothing asked again is missing, nothing is there twice
+
+        stats = anyio.run(lambda: run_batch(source, out, config=judge_config(server)))
+    assert stats.retried == len(failed)
+    ids = ids_of(out)
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 12
+    assert not any(judge_failed(row) for row in iter_output_rows(out))
+    assert not side.exists()

@@ -3,6 +3,7 @@ taking every place, and new connections while several workers drain. A real proc
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import threading
@@ -98,19 +99,36 @@ def test_headers_sent_a_byte_at_a_time_get_408_within_the_header_timeout(service
     assert time.monotonic() - started < HEADER_TIMEOUT + 2
 
 
-def test_headers_over_the_size_limit_get_431(service):
+@pytest.mark.parametrize("whole", [True, False])
+def test_headers_over_the_size_limit_get_431(service, whole):
     sock = _connect(service.url)
-    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 4096 + b"\r\n\r\n")
+    head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 4096
+    if whole:  # in one read
+        sock.sendall(head + b"\r\n\r\n")
+    else:  # not finished
+        sock.sendall(head)
     answer = _read_all(sock)
     assert answer.startswith(b"HTTP/1.1 431 ")
     assert b"service.max_header_bytes" in answer
 
 
-def test_a_kept_alive_connection_still_serves_requests_within_the_timeouts(service):
-    with httpx.Client(base_url=service.url, headers=A) as client:
-        for _ in range(3):
-            assert client.post("/v1/check", json=ROW).status_code == 200
-            time.sleep(0.3)
+def test_one_kept_alive_connection_serves_requests_for_longer_than_the_header_timeout(service):
+    sock = _connect(service.url)
+    body = json.dumps(ROW).encode()
+    request = (f"POST /v1/check HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEYS[0]}\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+    reader = sock.makefile("rb")
+    started = time.monotonic()
+    while time.monotonic() - started < HEADER_TIMEOUT * 2.5:
+        sock.sendall(request)
+        assert reader.readline().startswith(b"HTTP/1.1 200 ")
+        length = 0
+        while (line := reader.readline()) != b"\r\n":
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        reader.read(length)
+        time.sleep(0.3)  # under the keep-alive timeout
+    sock.close()
 
 
 def test_hoarded_idle_and_partial_connections_do_not_keep_out_a_real_client(service):

@@ -10,11 +10,14 @@ fsynced every `fsync_rows` rows or `fsync_seconds` seconds, and on close, which 
 power loss can take. While open, the file holds an exclusive `flock`, so a second run on the
 same output stops at once instead of writing every id again.
 
-Rows whose judge failed (`judge_failed`) can be asked again: `drop()` removes them before the
-run appends their new rows, by writing the rest to a temporary file beside the output and
-renaming it over the output (atomic: a crash leaves either the old file or the new one, and
-never an id twice). That is the only time a written row changes; the lock moves to the new
-file before the rename, so no other run can slip in between.
+Rows whose judge failed (`judge_failed`) can be asked again: after `start_retry(ids)`, their new
+rows go to a side file beside the output while the old rows stay where they are, and
+`finish_retry()` replaces the old rows with the new ones by writing the output anew to a
+temporary file and renaming it over the output (atomic: a crash leaves either the old file or
+the new one, and never an id twice). A run killed before then leaves every old row in place
+(a rerun asks again, its judge cache making that cheap), never a row missing. That is the only
+time a written row changes; the lock moves to the new file before the rename, so no other run
+can slip in between. (`drop()` removes such rows without replacing them.)
 """
 
 from __future__ import annotations
@@ -135,6 +138,9 @@ class OutputFile:
         """Bytes of a partial last line removed on open (a previous run was killed mid-write)."""
         self.written = 0
         self._fd: int | None = None
+        self._retrying: set[str] = set()
+        self._retried: set[str] = set()
+        self._side: Any = None
         self._buffer: list[bytes] = []
         self._buffered = 0
         self._unsynced = 0
@@ -155,6 +161,7 @@ class OutputFile:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             _lock(fd, self.path)
+            self._side_path().unlink(missing_ok=True)  # new rows of a retry killed before it finished
             keep = self._scan()
             size = os.fstat(fd).st_size
             if keep < size:
@@ -195,8 +202,42 @@ class OutputFile:
         ids = {rid for rid in ids if rid in self.retry_ids}
         if not ids:
             return 0
+        removed = self._rewrite(ids, None)
+        self.existing_ids -= ids
+        self.retry_ids -= ids
+        return removed
+
+    def start_retry(self, ids: Collection[str]) -> set[str]:
+        """Ask again for the rows with these ids (among `retry_ids`): `write` sends their new rows
+        to a side file and the old rows stay until `finish_retry`. Returns the ids to ask again;
+        the caller reflects them as if they had not been written."""
+        self._retrying = {rid for rid in ids if rid in self.retry_ids}
+        return set(self._retrying)
+
+    def finish_retry(self) -> int:
+        """Replace the old rows of the ids asked again with their new rows, atomically; returns how
+        many were replaced. Rows not asked again by now keep their old rows."""
+        retried, self._retried, self._retrying = self._retried, set(), set()
+        side, self._side = self._side, None
+        if side is None:
+            return 0
+        try:
+            side.flush()
+            os.fsync(side.fileno())
+            return self._rewrite(retried, self._side_path()) if retried else 0
+        finally:
+            side.close()
+            self._side_path().unlink(missing_ok=True)
+
+    def _side_path(self) -> Path:
+        target = self.path.resolve()
+        return target.with_name(f".{target.name}.retried")
+
+    def _rewrite(self, ids: set[str], extra: Path | None) -> int:
+        """Write the output anew without the `retry`-worthy rows with these ids, then `extra`'s
+        rows, and rename it over the output; returns how many rows were removed."""
         if self._fd is None:
-            raise RuntimeError("OutputFile.drop before open()")
+            raise RuntimeError("OutputFile rewrite before open()")
         self.sync()
         target = self.path.resolve()
         temp = target.with_name(f".{target.name}.rewrite")
@@ -212,6 +253,10 @@ class OutputFile:
                         removed += 1
                         continue
                     dst.write(line)
+                if extra is not None:
+                    with extra.open("rb") as rows:
+                        while chunk := rows.read(WRITE_BUFFER):
+                            dst.write(chunk)
                 dst.flush()
                 os.fsync(dst.fileno())
             os.chmod(temp, os.stat(target).st_mode & 0o7777)
@@ -227,12 +272,17 @@ class OutputFile:
             os.fsync(directory)  # the rename itself survives a power loss
         finally:
             os.close(directory)
-        self.existing_ids -= ids
-        self.retry_ids -= ids
         return removed
 
     def write(self, row: dict[str, Any]) -> None:
-        """Append one row as one line."""
+        """Append one row as one line (a row asked again after `retry`: to the side file)."""
+        if self._retrying and row.get("id") in self._retrying:
+            if self._side is None:
+                self._side = self._side_path().open("wb")
+            self._side.write(dumps_line(row))
+            self._retried.add(row["id"])
+            self.written += 1
+            return
         self.write_line(dumps_line(row))
 
     def write_line(self, data: bytes) -> None:

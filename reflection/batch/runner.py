@@ -429,9 +429,11 @@ async def run_batch(
     started = time.monotonic()
     with OutputFile(output, retry=judge_failed if retry_unknown and config.judge else None) as out:
         stats.truncated_bytes = out.truncated_bytes
+        done: set[str] = out.existing_ids
         if out.retry_ids and input.is_file():  # a pipe can be read once: its rows are kept as they are
-            stats.retried = out.drop(_input_ids(input, fmt, out.retry_ids, config.max_line_bytes))
-        done = out.existing_ids
+            # Their old rows stay until their new rows replace them (`finish_retry`, below): a run
+            # killed in between leaves the output as it was, never a row missing.
+            done = done - out.start_retry(_input_ids(input, fmt, out.retry_ids, config.max_line_bytes))
         total = count_rows(input, fmt)
         progress.start(None if total is None else max(0, total - len(done)), len(done))
         judge_cache = _sqlite_cache(cache_path or default_cache_path(output)) if cache and config.judge else None
@@ -452,6 +454,7 @@ async def run_batch(
                         stats.judge_requests += int((row.get("usage") or {}).get("requests") or 0)
                         progress.row(row)
         finally:
+            stats.retried = out.finish_retry()
             progress.finish()
             if judge_cache is not None:
                 stats.cache_hits = judge_cache.hits

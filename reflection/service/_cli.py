@@ -84,6 +84,22 @@ def _guarded_protocol() -> str | None:
     return _GUARDED_PROTOCOL
 
 
+def _drain_refusing_supervisor() -> type:
+    """uvicorn's supervisor of several workers, closing its own copy of the listening socket before
+    it asks the workers to drain. Each worker closes its copy when SIGTERM starts its drain, but the
+    supervisor's kept the socket listening: new connections were queued in the kernel with no one
+    left to accept them, and hung. With every copy closed they are refused at once."""
+    from uvicorn.supervisors.multiprocess import Multiprocess
+
+    class DrainRefusingMultiprocess(Multiprocess):
+        def terminate_all(self) -> None:
+            for sock in self.sockets:
+                sock.close()
+            super().terminate_all()
+
+    return DrainRefusingMultiprocess
+
+
 def serve(
     config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help="YAML config (service:, upstream:, judge:, gate:)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
@@ -142,22 +158,6 @@ def serve(
     finally:
         if metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
-
-
-def _drain_refusing_supervisor() -> type:
-    """uvicorn's supervisor of several workers, closing its own copy of the listening socket before
-    it asks the workers to drain. Each worker closes its copy when SIGTERM starts its drain, but the
-    supervisor's kept the socket listening: new connections were queued in the kernel with no one
-    left to accept them, and hung. With every copy closed they are refused at once."""
-    from uvicorn.supervisors.multiprocess import Multiprocess
-
-    class DrainRefusingMultiprocess(Multiprocess):
-        def terminate_all(self) -> None:
-            for sock in self.sockets:
-                sock.close()
-            super().terminate_all()
-
-    return DrainRefusingMultiprocess
 
 
 _MCP_CONFIG_ENV = "REFLECTION_MCP_PROXY_CONFIG"

@@ -25,7 +25,6 @@ the request is authenticated and can be answered in JSON.
 from __future__ import annotations
 
 import logging
-import resource
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from reflection.service._middleware import ARRIVED
 __all__ = ["FD_RESERVE", "GuardedHttpToolsProtocol", "Limits", "configure", "limits"]
 
 logger = logging.getLogger("reflection.service")
+_now = time.perf_counter
 
 FD_RESERVE = 64
 """Descriptors kept for what is not a client connection (log files, the metrics directory, the
@@ -71,6 +71,10 @@ def configure(service: Any, metrics: Any = None) -> int:
 def _fit_file_limit(wanted: int, reserve: int) -> int:
     """`wanted` connections, raising the soft open-file limit toward the hard one if needed, or as
     many as the limit leaves room for beside `reserve` (at least 1), with a warning."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: no limit to read
+        return wanted
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = wanted + reserve
     if soft != resource.RLIM_INFINITY and soft < need:
@@ -99,8 +103,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._idle = self._idle_by_server.setdefault(id(self.server_state), OrderedDict())
         self._header_timer: Any = None
+        self._header_scope: Any = None  # the request whose header bytes are being counted
         self._header_bytes = 0
-        self._in_headers = False
+        self._read_size = 0  # of the read being parsed
         self._too_large = False
 
     # --- the connection ---------------------------------------------------------------
@@ -120,65 +125,71 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        self._read_size = len(data)
         super().data_received(data)
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope and not cycle.response_complete:
+            return  # the usual case: a request under way, its headers complete
+        if self.transport.is_closing():
+            return
+        if self._in_headers():
+            # Counted per read, not per parsed header: httptools keeps a header's partial value to
+            # itself until it is whole, so a header trickled forever would never reach on_header.
+            if self.scope is not self._header_scope:
+                self._header_scope, self._header_bytes = self.scope, 0
+            self._header_bytes += len(data)
+            if self._header_bytes > limits.max_header_bytes:
+                self._headers_too_large()
+                return
         # Bytes with no request under way (the next request's first ones, or bytes the parser
         # skips): its headers' time starts now. A request under way is the deadline's business.
-        if self._header_timer is None and not self._busy() and not self.transport.is_closing():
+        if self._header_timer is None and not self._busy():
             self._arm_header_timer()
 
+    def on_headers_complete(self) -> None:
+        self._idle.pop(self, None)
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+        # Headers that came whole in one large read were never counted: count them (rarely needed).
+        if self._read_size > limits.max_header_bytes and len(self.url) + sum(
+                len(name) + len(value) + 4 for name, value in self.headers) > limits.max_header_bytes:
+            self._too_large = True
+            raise ValueError("request headers too large")  # stops httptools; uvicorn calls send_400_response
+        super().on_headers_complete()
+
     def send_400_response(self, msg: str) -> None:
-        if self._too_large:  # on_url/on_header stopped the parser
-            self._close_with(431, f"request headers larger than {limits.max_header_bytes} bytes "
-                                  "(service.max_header_bytes)", "header_too_large")
+        if self._too_large:
+            self._headers_too_large()
             return
         super().send_400_response(msg)
 
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if self.transport.is_closing() or self.pipeline or self._busy():
-            return
-        self._idle[self] = None
-        self._idle.move_to_end(self)
-        if self._in_headers:  # the next request had begun arriving while this one was answered
-            self._arm_header_timer()
-
-    # --- the parser's callbacks ---------------------------------------------------------
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._in_headers = True
-        self._header_bytes = 0
-
-    def on_url(self, url: bytes) -> None:
-        self._count_header_bytes(len(url))
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_header_bytes(len(name) + len(value) + 4)
-        super().on_header(name, value)
-
-    def on_headers_complete(self) -> None:
-        self._in_headers = False
-        self._idle.pop(self, None)
-        self._cancel_header_timer()
-        super().on_headers_complete()
-
     def on_message_complete(self) -> None:
-        if self.scope is not None:
-            self.scope["state"][ARRIVED] = time.perf_counter()
+        self.scope["state"][ARRIVED] = _now()
         super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        pipelined = bool(self.pipeline)  # then the next request starts now: not idle
+        super().on_response_complete()
+        if pipelined or self.transport.is_closing():
+            return
+        self._idle[self] = None  # newest idle (on_headers_complete took it out)
+        if self.cycle.scope is not self.scope:  # the next request had begun arriving meanwhile
+            self._arm_header_timer()
 
     # --- helpers ------------------------------------------------------------------------
 
     def _busy(self) -> bool:
-        """A request is under way: parsed and not yet answered in full."""
+        """A request is under way: its headers parsed and its answer not yet sent in full."""
         return self.cycle is not None and not self.cycle.response_complete
 
-    def _count_header_bytes(self, size: int) -> None:
-        self._header_bytes += size
-        if self._header_bytes > limits.max_header_bytes:
-            self._too_large = True
-            raise ValueError("request headers too large")  # httptools stops; uvicorn calls send_400_response
+    def _in_headers(self) -> bool:
+        """A request has begun arriving and its headers are not yet complete."""
+        return self.scope is not None and (self.cycle is None or self.cycle.scope is not self.scope)
+
+    def _headers_too_large(self) -> None:
+        self._close_with(431, f"request headers larger than {limits.max_header_bytes} bytes (service.max_header_bytes)",
+                         "header_too_large")
 
     def _arm_header_timer(self) -> None:
         if self._header_timer is None:
@@ -193,9 +204,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._header_timer = None
         if self.transport.is_closing() or self._busy():
             return  # a request is under way; on_response_complete re-arms if the next one is partial
+        if self.cycle is not None and not self._in_headers():
+            return  # kept alive between requests: uvicorn's keep-alive timeout closes it
         # A request begun and not finished hears why; a connection that sent nothing is just closed.
         self._close_with(408, f"no complete request headers within {limits.header_timeout:g} s "
-                              "(service.header_timeout_seconds)", "header_timeout", answer=self._in_headers)
+                              "(service.header_timeout_seconds)", "header_timeout", answer=self._in_headers())
 
     def _evict_idle(self) -> bool:
         """Close the longest-idle other connection; False when none is idle."""
@@ -203,7 +216,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             if other is not self:
                 # Kept alive between requests: closed as a keep-alive timeout would close it.
                 other._close_with(503, "closed for a new connection at the connection cap (service.max_connections)",
-                                  "evicted", b"retry-after: 1\r\n", answer=other._in_headers)
+                                  "evicted", b"retry-after: 1\r\n", answer=other._in_headers())
                 return True
         return False
 
@@ -221,4 +234,3 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
         if limits.metrics is not None:
             limits.metrics.connections_closed.labels(reason).inc()
-

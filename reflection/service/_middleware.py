@@ -197,26 +197,32 @@ class ServiceMiddleware:
                       key: int | None) -> None:
         """Read the body (408, 413), admit the request (503), then run the application (504, 500)."""
         state = scope["state"]
+        loop = asyncio.get_running_loop()
+        arrived = state.get(ARRIVED)
         receiving = counted = False
-        phase = "body"
+        if arrived is None:  # the body may still be on its way: its own time limit first
+            phase, when = "body", loop.time() + self.body_timeout_seconds
+        else:  # the server has seen the whole body: reading it cannot wait, the deadline runs already
+            phase, when = "app", loop.time() + self.deadline_seconds - (time.perf_counter() - arrived)
         try:
             # asyncio's own timeout (uvicorn runs asyncio): a few times cheaper than anyio's scope.
-            # One timer for both phases: the body's time limit, then the deadline from arrival.
-            async with asyncio.timeout(self.body_timeout_seconds) as timer:
-                if key is not None:
+            async with asyncio.timeout_at(when) as timer:
+                if arrived is None and key is not None:
                     self.key_receiving[key] += 1
                     receiving = True
-                body = await self._read_body(receive, send)
+                message = await receive()
+                if message["type"] == "http.request" and not message.get("more_body", False):
+                    body: bytes | None = message.get("body", b"")
+                    if len(body) > self.max_body_bytes:  # type: ignore[arg-type]
+                        await self._too_large(send)
+                        body = None
+                else:
+                    body = await self._read_rest(message, receive, send)
                 if receiving:
                     self.key_receiving[key] -= 1  # type: ignore[index]
                     receiving = False
                 if body is None:  # answered (413), or the client went away
                     return
-                arrived = state.get(ARRIVED)
-                if arrived is None:
-                    arrived = state[ARRIVED] = time.perf_counter()
-                # A stream ends with an error event of its own before this deadline would cut it.
-                state[DEADLINE] = time.monotonic() + self.deadline_seconds - (time.perf_counter() - arrived)
                 refusal = self._busy(key)
                 if refusal is not None:
                     await _send_json(send, *refusal)
@@ -226,9 +232,13 @@ class ServiceMiddleware:
                     self.key_in_flight[key] += 1
                 self.metrics.in_flight.inc()
                 counted = True
-                phase = "app"
-                timer.reschedule(asyncio.get_running_loop().time() + self.deadline_seconds
-                                 - (time.perf_counter() - arrived))
+                if arrived is None:
+                    state[ARRIVED] = time.perf_counter()
+                    phase = "app"
+                    timer.reschedule(loop.time() + self.deadline_seconds)
+                # A stream ends with an error event of its own before this deadline would cut it
+                # (the loop's clock is time.monotonic).
+                state[DEADLINE] = timer.when()
                 await self.app(scope, _replay(body, receive), send)
         except TimeoutError:
             if response["status"]:
@@ -255,24 +265,30 @@ class ServiceMiddleware:
                     self.key_in_flight[key] -= 1
                 self.metrics.in_flight.dec()
 
-    async def _read_body(self, receive: Any, send: Any) -> bytes | None:
-        """The whole request body, or None once answered with 413 or when the client went away."""
+    async def _read_rest(self, first: dict[str, Any], receive: Any, send: Any) -> bytes | None:
+        """The whole request body from its `first` message on, or None once answered with 413 or
+        when the client went away."""
         chunks: list[bytes] = []
         size = 0
+        message = first
         while True:
-            message = await receive()
             if message["type"] != "http.request":
                 return None  # http.disconnect: nobody to answer
             chunk = message.get("body", b"")
             if chunk:
                 size += len(chunk)
                 if size > self.max_body_bytes:
-                    await _send_json(send, 413, {"detail": f"request body larger than {self.max_body_bytes} bytes "
-                                                           "(service.max_body_bytes)"}, {"connection": "close"})
+                    await self._too_large(send)
                     return None
                 chunks.append(chunk)
             if not message.get("more_body", False):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            message = await receive()
+
+    async def _too_large(self, send: Any) -> None:
+        # Close: the rest of the body is never read, so it is not read and thrown away either.
+        await _send_json(send, 413, {"detail": f"request body larger than {self.max_body_bytes} bytes "
+                                               "(service.max_body_bytes)"}, {"connection": "close"})
 
 
 def _replay(body: bytes, receive: Any) -> Any:
@@ -291,14 +307,12 @@ def _replay(body: bytes, receive: Any) -> Any:
 def _headers(scope: dict[str, Any]) -> tuple[dict[str, str], bool]:
     """The request's headers by lowercase name (the last of repeated ones), and whether a
     credential header came more than once."""
-    out: dict[str, str] = {}
-    ambiguous = False
-    for raw_name, raw_value in scope.get("headers", []):
-        name = raw_name.decode("latin-1").lower()
-        if name in _CREDENTIALS and name in out:
-            ambiguous = True
-        out[name] = raw_value.decode("latin-1")
-    return out, ambiguous
+    raw = scope.get("headers", [])
+    out = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in raw}
+    if len(out) == len(raw):  # no name repeated: the usual case
+        return out, False
+    names = [name.decode("latin-1").lower() for name, _ in raw]
+    return out, any(names.count(name) > 1 for name in _CREDENTIALS)
 
 
 def _authenticate(headers: dict[str, str], keys: list[bytes]) -> tuple[str, int] | None:
