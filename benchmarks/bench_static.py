@@ -36,6 +36,7 @@ import gc
 import json
 import os
 import random
+import re
 import resource
 import subprocess
 import sys
@@ -498,6 +499,8 @@ def main() -> None:
     parser.add_argument("--mixed-rows", type=int, default=50_000,
                         help="rows of the mixed end-to-end corpus (default 50000; 0 skips it)")
     parser.add_argument("--no-stages", action="store_true", help="leave out the CPU split by stage")
+    parser.add_argument("--baseline", default=None, metavar="DIR",
+                        help="also time the reflection legs with the checkout at DIR (e.g. ../main): before/after in one run")
     parser.add_argument("--altk-python", default=os.environ.get("ALTK_PYTHON"),
                         help="python of a venv with agent-lifecycle-toolkit (default: $ALTK_PYTHON)")
     parser.add_argument("--only-bfcl", action="store_true",
@@ -513,7 +516,7 @@ def main() -> None:
         _synthetic(options)
     corpora = {name: n for name, n in (("BFCL", options.bfcl_rows), ("mixed", options.mixed_rows)) if n}
     if corpora:
-        _end_to_end(corpora, options.repeat, options.altk_python, not options.no_stages)
+        _end_to_end(corpora, options.repeat, options.altk_python, not options.no_stages, options.baseline)
 
 
 def _synthetic(options: argparse.Namespace) -> None:
@@ -611,7 +614,8 @@ def _corpus_summary(path: Path) -> str:
 _ALTK_LEG = "ALTK evaluate_static (in-process loop)"
 
 
-def _end_to_end(corpora: dict[str, int], repeat: int, altk_python: str | None, stages: bool) -> None:
+def _end_to_end(corpora: dict[str, int], repeat: int, altk_python: str | None, stages: bool,
+                baseline: str | None = None) -> None:
     """`reflection check --static-only` against ALTK on each corpus, legs alternated in one run."""
     import _bfcl_corpus
 
@@ -627,24 +631,32 @@ def _end_to_end(corpora: dict[str, int], repeat: int, altk_python: str | None, s
     out = str(work / "out.jsonl")
     workers = default_workers()
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")  # ALTK imports litellm, which would fetch prices
-    legs: dict[str, dict[str, list[str]]] = {}
+    legs: dict[str, dict[str, tuple[list[str], dict[str, str]]]] = {}
+    # --baseline DIR: the same legs with another checkout's reflection first on the path.
+    before = dict(env, PYTHONPATH=str(Path(baseline).resolve())) if baseline else None
     for name, (path, altk_path, _, _) in files.items():
-        legs[name] = {
-            "reflection check, full rows, --workers 1": [*cli, "--workers", "1", str(path), "-o", out],
-            f"reflection check, full rows (default: {workers} workers)": [*cli, str(path), "-o", out],
-            "reflection check --flat --workers 1": [*cli, "--flat", "--workers", "1", str(path), "-o", out],
-            "reflection check --flat --workers 2": [*cli, "--flat", "--workers", "2", str(path), "-o", out],
-        }
+        legs[name] = {}
+        for prefix, leg_env in (("", env), ("baseline: ", before)):
+            if leg_env is None:
+                continue
+            legs[name].update({
+                f"{prefix}reflection check, full rows, --workers 1": ([*cli, "--workers", "1", str(path), "-o", out], leg_env),
+                f"{prefix}reflection check, full rows (default: {workers} workers)": ([*cli, str(path), "-o", out], leg_env),
+                f"{prefix}reflection check --flat --workers 1": ([*cli, "--flat", "--workers", "1", str(path), "-o", out],
+                                                                 leg_env),
+                f"{prefix}reflection check --flat --workers 2": ([*cli, "--flat", "--workers", "2", str(path), "-o", out],
+                                                                 leg_env),
+            })
         if altk_python:
-            legs[name][_ALTK_LEG] = [altk_python, str(Path(__file__).with_name("_altk_leg.py")), str(altk_path),
-                                    str(work / "altk_out.jsonl")]
+            legs[name][_ALTK_LEG] = ([altk_python, str(Path(__file__).with_name("_altk_leg.py")), str(altk_path),
+                                     str(work / "altk_out.jsonl")], env)
     best: dict[str, dict[str, tuple[float, float]]] = {name: {} for name in files}
     altk_stats: dict[str, dict[str, Any]] = {}
     split: dict[str, list[dict[str, Any]]] = {name: [] for name in files}
     for _ in range(repeat):  # alternate the corpora and the legs so a noisy neighbour hits them alike
         for name, (path, _, n, altk_rows) in files.items():
-            for label, cmd in legs[name].items():
-                wall, cpu, stdout = _timed(cmd, env)
+            for label, (cmd, leg_env) in legs[name].items():
+                wall, cpu, stdout = _timed(cmd, leg_env)
                 if label == _ALTK_LEG:
                     altk_stats[name] = json.loads(stdout.strip().splitlines()[-1])
                     wall = altk_stats[name]["seconds"]  # its own loop: import time left out, in ALTK's favour
@@ -680,7 +692,7 @@ def _report(best: dict[str, tuple[float, float]], altk_stats: dict[str, Any] | N
         return
     print(f"ALTK evaluate_static per call in file order: p50 {altk_stats['p50_us']:.1f} us, "
           f"p99 {altk_stats['p99_us']:.1f} us")
-    ratios = "; ".join(f"{label.removeprefix('reflection check').lstrip(', ')} {rate / altk[0]:.2f}x"
+    ratios = "; ".join(f"{re.sub('reflection check,? ?', '', label)} {rate / altk[0]:.2f}x"
                        for label, (rate, _) in best.items() if label != _ALTK_LEG)
     print(f"ratio vs ALTK: {ratios} (targets: full rows, default >= 1.5x mixed, >= 2x BFCL; --flat, 2 workers >= 2.5x)")
     print(f"ratio vs ALTK: Draft7 per call {draft7 / altk[0]:.2f}x; API p99 {p99:.0f} us vs ALTK's "

@@ -118,6 +118,21 @@ def parse_json_keeping(text: bytes, keep: Container[str], deep: Container[str] =
         return parse_json(text)
 
 
+_ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def array_items(text: bytes) -> list[bytes] | None:
+    """The items of the JSON array `text`, each as its own JSON text, or None when `text` is not
+    an array msgspec splits (not JSON, another value, too deep): `parse_json` then says what it is.
+
+    Splitting checks the syntax without building the items, so a tool list whose specs were
+    seen before, in other lists, costs no more than the split (see `formats.normalize_tools`)."""
+    try:
+        return [bytes(item) for item in _ITEMS.decode(text)]
+    except Exception:  # noqa: BLE001 - any text that does not split: the caller parses it as a whole
+        return None
+
+
 def _too_deep_member(raw: Any) -> bool:
     try:
         parse_json(raw)

@@ -17,6 +17,7 @@ from reflection._json import (
     PLAIN,
     SOUND,
     JSONTooDeep,
+    array_items,
     canonical_bytes,
     dumps,
     has_non_finite,
@@ -77,6 +78,8 @@ def normalize_tools(raw: Any) -> ToolInventory:
         # JSON text is its own cache key: a log line's tool list is normalised once, not
         # parsed again on every row that repeats it.
         inventory = _TEXT_INVENTORIES.get(raw)
+        if inventory is None and type(raw) is bytes:
+            inventory = _inventory_of_specs(raw)
         if inventory is None:
             try:
                 value = parse_json(raw)
@@ -120,6 +123,47 @@ def _spec_inventory(tools: tuple[ToolSpec, ...], problems: tuple[SpecProblem, ..
 
 _INVENTORIES = LRU()  # canonical JSON of a tool list -> its inventory
 _TEXT_INVENTORIES = LRU()  # a tool list's JSON text -> its inventory
+_SPEC_TEXTS = LRU()  # one tool spec's JSON text -> its ToolSpec (specs that normalise cleanly only)
+_SPEC_INVENTORIES = LRU()  # the ids of a list's ToolSpecs -> (those specs, their inventory)
+
+
+def _inventory_of_specs(text: bytes) -> ToolInventory | None:
+    """The inventory of the JSON array `text` built from its specs' own cache, or None when any
+    spec is new and does not normalise cleanly, or the text is not a non-empty array (the
+    whole-list path then reads it and says what is wrong, as it always has).
+
+    Evaluation files offer each row a different list drawn from the same tools, in other
+    orders and company: a spec is parsed and normalised once, not once per list it is in.
+    Lists of the same specs share one inventory, as equal lists do on the whole-list path."""
+    items = array_items(text)
+    if not items:
+        return None
+    tools = []
+    for item in items:
+        spec = _SPEC_TEXTS.get(item)
+        if spec is None:
+            try:
+                value = parse_json(item)
+            except ValueError:
+                return None
+            # A spec alone is as deep as in its list, less one level: a spec the list path finds
+            # too deep is read spec by spec, and one that is sound alone normalises the same.
+            if not require_json_like(value, "tools") & SOUND:
+                return None
+            spec = _normalize_tool(value, 0)  # a ToolSpec does not depend on its index
+            if not isinstance(spec, ToolSpec):
+                return None
+            _SPEC_TEXTS.put(item, spec)
+        tools.append(spec)
+    key = tuple(map(id, tools))  # the specs are kept alive by the entry: their ids stay theirs
+    hit = _SPEC_INVENTORIES.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], tools)):
+        return hit[1]
+    if len({tool.name for tool in tools}) < len(tools):
+        return None  # a name defined twice: the whole-list path reports it
+    inventory = ToolInventory(tools=tuple(tools), problems=())
+    _SPEC_INVENTORIES.put(key, (tools, inventory))
+    return inventory
 
 
 def _normalize_json(raw: Any, shape: int) -> ToolInventory:
