@@ -552,10 +552,12 @@ def _synthetic(options: argparse.Namespace) -> None:
 
 
 def _timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
-    """(wall seconds, CPU seconds of the child, stdout) of one run of `cmd`."""
+    """(wall seconds, CPU seconds of the child, stdout) of one run of `cmd`, run in a scratch
+    directory: `python -c` puts the working directory first on the path, before PYTHONPATH, so a
+    checkout's own `reflection` would shadow the one a leg asks for (`--baseline`)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True, cwd=tempfile.gettempdir())
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done.stdout

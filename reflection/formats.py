@@ -134,7 +134,8 @@ def _inventory_of_specs(text: bytes) -> ToolInventory | None:
 
     Evaluation files offer each row a different list drawn from the same tools, in other
     orders and company: a spec is parsed and normalised once, not once per list it is in.
-    Lists of the same specs share one inventory, as equal lists do on the whole-list path."""
+    Lists of the same spec texts, in the same order, share one inventory (and its compiled
+    form), whatever lies between the specs."""
     items = array_items(text)
     if not items:
         return None
