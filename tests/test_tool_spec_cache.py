@@ -25,7 +25,7 @@ SPECS = [
     "not an object",
     {"name": "deep", "parameters": {"type": "object", "properties": {"x": json.loads("[" * 120 + "]" * 120)}}},
     # As deep as a spec may be alone, so one level too deep in a list: the list is read spec by spec.
-    {"name": "edge", "parameters": {"type": "object", "properties": {"x": json.loads("[" * 96 + "]" * 96)}}},
+    {"name": "edge", "parameters": {"type": "object", "properties": {"x": json.loads("[" * 97 + "]" * 97)}}},
 ]
 
 
