@@ -394,6 +394,23 @@ def printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8") if _bad_text(text) else text
 
 
+_VOUCHED: dict[int, tuple[Any, int]] = {}  # id(value) -> (value, its flags); the entry keeps it alive
+_VOUCHED_SIZE = 16_384
+
+
+def vouch_json_like(value: Any) -> int:
+    """`require_json_like(value)`, remembered: later calls on this very object answer at once.
+
+    Only for values the library built and that nothing changes afterwards: the parameters of
+    the tool specs `formats` keeps, which every new tool list they are in hands to the
+    compiled-schema cache, which checks them again. Bounded; the oldest are forgotten first."""
+    flags = require_json_like(value, "tools")
+    if len(_VOUCHED) >= _VOUCHED_SIZE:
+        del _VOUCHED[next(iter(_VOUCHED))]
+    _VOUCHED[id(value)] = (value, flags)
+    return flags
+
+
 def require_json_like(value: Any, argument: str) -> int:
     """Raise TypeError naming `argument` when `value` is not JSON-like (API misuse).
 
@@ -402,6 +419,9 @@ def require_json_like(value: Any, argument: str) -> int:
     every part of it has an exact JSON type (see `PLAIN`), `SOUND` when it can be checked
     (see `SOUND`; `value_problem` says why not).
     """
+    vouched = _VOUCHED.get(id(value))
+    if vouched is not None and vouched[0] is value:
+        return vouched[1]
     state = _scan(value)
     if state:
         return state

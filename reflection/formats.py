@@ -25,6 +25,7 @@ from reflection._json import (
     printable,
     require_json_like,
     value_problem,
+    vouch_json_like,
 )
 from reflection._lru import LRU
 from reflection.model import History, Message, SpecProblem, ToolCall, ToolInventory, ToolSpec, _trusted_from
@@ -154,6 +155,7 @@ def _inventory_of_specs(text: bytes) -> ToolInventory | None:
             spec = _normalize_tool(value, 0)  # a ToolSpec does not depend on its index
             if not isinstance(spec, ToolSpec):
                 return None
+            vouch_json_like(spec.parameters)  # checked once here, not again for each list it is in
             _SPEC_TEXTS.put(item, spec)
         tools.append(spec)
     key = tuple(map(id, tools))  # the specs are kept alive by the entry: their ids stay theirs

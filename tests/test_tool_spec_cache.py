@@ -66,3 +66,17 @@ def test_text_that_is_not_a_list_of_specs_is_read_whole():
     assert normalize_tools(text({"tools": [SPECS[1]]})).tools[0].name == "search"
     assert normalize_tools(text(SPECS[1])).tools[0].name == "search"
     assert "not valid JSON" in normalize_tools(b'[{"name": "x"}').problems[0].message
+
+
+def test_a_cached_specs_parameters_are_not_walked_again(monkeypatch):
+    from reflection import _json
+
+    spec = {"name": "vouched", "parameters": {"type": "object", "properties": {"v": {"type": "integer"}}}}
+    parameters = normalize_tools(text([spec])).tools[0].parameters
+
+    def walked(*_):
+        raise AssertionError("walked again")
+
+    monkeypatch.setattr(_json, "_scan", walked)
+    assert _json.require_json_like(parameters, "tools") == _json.PLAIN | _json.FINITE | _json.SOUND
+    assert normalize_tools(text([SPECS[1], spec])).tools[1].parameters is parameters
