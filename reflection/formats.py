@@ -79,19 +79,10 @@ def normalize_tools(raw: Any) -> ToolInventory:
         # JSON text is its own cache key: a log line's tool list is normalised once, not
         # parsed again on every row that repeats it.
         inventory = _TEXT_INVENTORIES.get(raw)
-        if inventory is None and type(raw) is bytes:
-            inventory = _inventory_of_specs(raw)
         if inventory is None:
-            try:
-                value = parse_json(raw)
-            except JSONTooDeep as exc:
-                inventory = ToolInventory(problems=(SpecProblem(
-                    index=0, name=None, message=f"tool specs cannot be read: {exc}"),))
-            except ValueError as exc:
-                inventory = ToolInventory(problems=(SpecProblem(
-                    index=0, name=None, message=f"tool specs are not valid JSON: {printable(str(exc))}"),))
-            else:
-                inventory = _normalize_json(value, require_json_like(value, "tools"))
+            inventory = _inventory_of_specs(raw) if type(raw) is bytes else None
+            if inventory is None:
+                inventory = _text_inventory(raw)
             _TEXT_INVENTORIES.put(raw, inventory)
         return inventory
     if isinstance(raw, ToolInventory):
@@ -101,6 +92,18 @@ def normalize_tools(raw: Any) -> ToolInventory:
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(t, ToolSpec) for t in raw):
         return _spec_inventory(tuple(raw))
     return _normalize_json(raw, require_json_like(raw, "tools"))
+
+
+def _text_inventory(raw: str | bytes) -> ToolInventory:
+    """The inventory of a tool list's JSON text, read whole."""
+    try:
+        value = parse_json(raw)
+    except JSONTooDeep as exc:
+        return ToolInventory(problems=(SpecProblem(index=0, name=None, message=f"tool specs cannot be read: {exc}"),))
+    except ValueError as exc:
+        return ToolInventory(problems=(SpecProblem(
+            index=0, name=None, message=f"tool specs are not valid JSON: {printable(str(exc))}"),))
+    return _normalize_json(value, require_json_like(value, "tools"))
 
 
 def _plain_text(tool: ToolSpec) -> bool:

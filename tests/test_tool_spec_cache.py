@@ -81,3 +81,8 @@ def test_a_cached_specs_parameters_are_not_walked_again(monkeypatch):
     monkeypatch.setattr(_json, "_scan", walked)
     assert _json.require_json_like(parameters, "tools") == _json.PLAIN | _json.FINITE | _json.SOUND
     assert normalize_tools(text([SPECS[1], spec])).tools[1].parameters is parameters
+
+
+def test_a_tool_list_text_seen_before_gives_the_same_inventory():
+    listed = text([SPECS[2], SPECS[0]])
+    assert normalize_tools(listed) is normalize_tools(bytes(listed))
