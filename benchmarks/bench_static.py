@@ -17,16 +17,21 @@ Timed side by side in one run, over the same rows:
 Then peak memory in a fresh process after N and after 4N streamed rows (generated lazily),
 for the same corpus and for a stream where every row brings never-seen schemas.
 
-Then, with `--bfcl-rows N` (default 50,000; 0 skips it), end to end on a BFCL-derived corpus with
-unique ids (benchmarks/_bfcl_corpus.py: real function docs and calls from the `bfcl-eval` wheel,
-mixed spec and call formats, about half the calls wrong): `reflection check --static-only` as a
-user runs it (full rows and `--flat`, one worker process and the default / two), its start-up on an empty file, the Python API's
-`check_call` per-call p50/p99 in file order, the same rows through a fresh
-`jsonschema.Draft7Validator` per call, and through ALTK's static checker in its own environment
-(`--altk-python`, see benchmarks/README.md), with the ratios.
+Then end to end on two BFCL-derived corpora with unique ids (benchmarks/_bfcl_corpus.py: real
+function docs and calls from the `bfcl-eval` wheel): `--bfcl-rows N` rows of the BFCL corpus
+(one spec format per list, about half the calls wrong) and `--mixed-rows N` of the mixed one
+(five spec formats in every list, 1-10 tools, a conversation per row, about 84% of the calls
+wrong across every static check); default 50,000 each, 0 skips one. On each, side by side in
+one run: `reflection check --static-only` as a user runs it (full rows and `--flat`, one worker
+process and the default / two), its start-up on an empty file, the Python API's `check_call`
+per-call p50/p99 in file order, the same rows through a fresh `jsonschema.Draft7Validator` per
+call, and through ALTK's static checker in its own environment (`--altk-python`, see
+benchmarks/README.md), with the ratios, then CPU per row by stage for valid and invalid rows
+(`_stages.py`; `--no-stages` leaves it out). `--baseline DIR` times the reflection legs of
+another checkout too, in the same run.
 
     python benchmarks/bench_static.py [--rows 10000] [--tool-sets 40] [--repeat 3] [--bfcl-rows 50000]
-                                      [--altk-python PATH]
+                                      [--mixed-rows 50000] [--no-stages] [--baseline DIR] [--altk-python PATH]
 """
 
 from __future__ import annotations
