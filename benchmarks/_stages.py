@@ -1,6 +1,7 @@
 """CPU per row of `reflection check --static-only`, split by stage, for valid and invalid rows.
 
-Run by `bench_static.py` in a fresh process (cold caches, as a run of `reflection check` starts):
+Run by `bench_static.py` in a fresh process (cold caches and the collector's thresholds as a run
+of `reflection check` has them):
 
     python _stages.py CORPUS.jsonl [--flat]
 
@@ -30,6 +31,7 @@ pass's process CPU.
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import sys
@@ -62,6 +64,12 @@ def main() -> None:
         _prepare,
     )
 
+    try:  # the collector as a run sets it (a checkout from before issue 26 leaves it alone)
+        from reflection.batch._workers import STATIC_GC_THRESHOLD
+    except ImportError:
+        pass
+    else:
+        gc.set_threshold(*STATIC_GC_THRESHOLD)
     corpus, flat = Path(sys.argv[1]), "--flat" in sys.argv[2:]
     grounding = not flat
     clock = time.thread_time_ns
