@@ -17,16 +17,21 @@ Timed side by side in one run, over the same rows:
 Then peak memory in a fresh process after N and after 4N streamed rows (generated lazily),
 for the same corpus and for a stream where every row brings never-seen schemas.
 
-Then, with `--bfcl-rows N` (default 50,000; 0 skips it), end to end on a BFCL-derived corpus with
-unique ids (benchmarks/_bfcl_corpus.py: real function docs and calls from the `bfcl-eval` wheel,
-mixed spec and call formats, about half the calls wrong): `reflection check --static-only` as a
-user runs it (full rows and `--flat`, one worker process and the default / two), its start-up on an empty file, the Python API's
-`check_call` per-call p50/p99 in file order, the same rows through a fresh
-`jsonschema.Draft7Validator` per call, and through ALTK's static checker in its own environment
-(`--altk-python`, see benchmarks/README.md), with the ratios.
+Then end to end on two BFCL-derived corpora with unique ids (benchmarks/_bfcl_corpus.py: real
+function docs and calls from the `bfcl-eval` wheel): `--bfcl-rows N` rows of the BFCL corpus
+(one spec format per list, about half the calls wrong) and `--mixed-rows N` of the mixed one
+(five spec formats in every list, 1-10 tools, a conversation per row, about 84% of the calls
+wrong across every static check); default 50,000 each, 0 skips one. On each, side by side in
+one run: `reflection check --static-only` as a user runs it (full rows and `--flat`, one worker
+process and the default / two), its start-up on an empty file, the Python API's `check_call`
+per-call p50/p99 in file order, the same rows through a fresh `jsonschema.Draft7Validator` per
+call, and through ALTK's static checker in its own environment (`--altk-python`, see
+benchmarks/README.md), with the ratios, then CPU per row by stage for valid and invalid rows
+(`_stages.py`; `--no-stages` leaves it out). `--baseline DIR` times the reflection legs of
+another checkout too, in the same run.
 
     python benchmarks/bench_static.py [--rows 10000] [--tool-sets 40] [--repeat 3] [--bfcl-rows 50000]
-                                      [--altk-python PATH]
+                                      [--mixed-rows 50000] [--no-stages] [--baseline DIR] [--altk-python PATH]
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import gc
 import json
 import os
 import random
+import re
 import resource
 import subprocess
 import sys
@@ -495,9 +501,15 @@ def main() -> None:
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--bfcl-rows", type=int, default=50_000,
                         help="rows of the BFCL-derived end-to-end corpus (default 50000; 0 skips it)")
+    parser.add_argument("--mixed-rows", type=int, default=50_000,
+                        help="rows of the mixed end-to-end corpus (default 50000; 0 skips it)")
+    parser.add_argument("--no-stages", action="store_true", help="leave out the CPU split by stage")
+    parser.add_argument("--baseline", default=None, metavar="DIR",
+                        help="also time the reflection legs with the checkout at DIR (e.g. ../main): before/after in one run")
     parser.add_argument("--altk-python", default=os.environ.get("ALTK_PYTHON"),
                         help="python of a venv with agent-lifecycle-toolkit (default: $ALTK_PYTHON)")
-    parser.add_argument("--only-bfcl", action="store_true", help="run only the BFCL end-to-end part")
+    parser.add_argument("--only-bfcl", action="store_true",
+                        help="run only the end-to-end part (the BFCL and mixed corpora, against ALTK)")
     parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--fresh", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
@@ -507,8 +519,9 @@ def main() -> None:
 
     if not options.only_bfcl:
         _synthetic(options)
-    if options.bfcl_rows:
-        _bfcl_end_to_end(options.bfcl_rows, options.repeat, options.altk_python)
+    corpora = {name: n for name, n in (("BFCL", options.bfcl_rows), ("mixed", options.mixed_rows)) if n}
+    if corpora:
+        _end_to_end(corpora, options.repeat, options.altk_python, not options.no_stages, options.baseline)
 
 
 def _synthetic(options: argparse.Namespace) -> None:
@@ -544,10 +557,12 @@ def _synthetic(options: argparse.Namespace) -> None:
 
 
 def _timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
-    """(wall seconds, CPU seconds of the child, stdout) of one run of `cmd`."""
+    """(wall seconds, CPU seconds of the child, stdout) of one run of `cmd`, run in a scratch
+    directory: `python -c` puts the working directory first on the path, before PYTHONPATH, so a
+    checkout's own `reflection` would shadow the one a leg asks for (`--baseline`)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True, cwd=tempfile.gettempdir())
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done.stdout
@@ -568,64 +583,157 @@ def _api_percentiles(path: Path) -> tuple[float, float]:
     return timings[len(timings) // 2] * 1e6, timings[int(len(timings) * 0.99)] * 1e6
 
 
-def _bfcl_end_to_end(n: int, repeat: int, altk_python: str | None) -> None:
+def _write_corpus(rows: Iterator[dict[str, Any]], path: Path, altk_path: Path) -> tuple[int, int]:
+    """The corpus as JSON Lines, and the rows ALTK can take in its shape: (rows, ALTK's rows)."""
     import _bfcl_corpus
 
-    work = Path(tempfile.mkdtemp(prefix="bench-static-"))
-    corpus, altk_corpus, empty = work / "bfcl.jsonl", work / "bfcl_altk.jsonl", work / "empty.jsonl"
-    altk_rows = 0
-    with corpus.open("wb") as ours, altk_corpus.open("wb") as theirs:
-        for row in _bfcl_corpus.corpus(n):
+    n = altk_rows = 0
+    with path.open("wb") as ours, altk_path.open("wb") as theirs:
+        for row in rows:
             ours.write(orjson.dumps(row) + b"\n")
+            n += 1
             converted = _bfcl_corpus.altk_row(row)
             if converted is not None:
                 theirs.write(orjson.dumps(converted) + b"\n")
                 altk_rows += 1
+    return n, altk_rows
+
+
+def _stage_split(path: Path, env: dict[str, str]) -> dict[str, Any]:
+    """`_stages.py` over the corpus in a fresh process (cold caches, as a run starts)."""
+    out = subprocess.run([sys.executable, str(Path(__file__).with_name("_stages.py")), str(path)],
+                         capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _corpus_summary(path: Path) -> str:
+    """What the corpus holds, as reflection reads it: invalid share, distinct tool lists, tools per row."""
+    lines = path.read_bytes().splitlines()
+    texts: set[bytes] = set()
+    tools = 0
+    for number, line in enumerate(lines, start=1):
+        row = read_row(parse_line(line), number)
+        texts.add(row.tools)
+        tools += len(orjson.loads(row.tools)) if row.tools is not None else 0
+    return f"{len(texts):,} distinct tool lists, {tools / len(lines):.1f} tools per row"
+
+
+_ALTK_LEG = "ALTK evaluate_static (in-process loop)"
+
+
+def _end_to_end(corpora: dict[str, int], repeat: int, altk_python: str | None, stages: bool,
+                baseline: str | None = None) -> None:
+    """`reflection check --static-only` against ALTK on each corpus, legs alternated in one run."""
+    import _bfcl_corpus
+
+    work = Path(tempfile.mkdtemp(prefix="bench-static-"))
+    empty = work / "empty.jsonl"
     empty.write_bytes(b"")
-    print(f"\nBFCL-derived corpus: {n:,} rows with unique ids ({corpus.stat().st_size / n:.0f} bytes mean), "
-          f"bfcl-eval {_bfcl_corpus.BFCL_VERSION}; ALTK takes {altk_rows:,} of them (OpenAI shape, JSON Schema types)")
+    makers = {"BFCL": _bfcl_corpus.corpus, "mixed": _bfcl_corpus.mixed_corpus}
+    files: dict[str, tuple[Path, Path, int, int]] = {}
+    for name, n in corpora.items():
+        path, altk_path = work / f"{name}.jsonl", work / f"{name}_altk.jsonl"
+        files[name] = (path, altk_path, *_write_corpus(makers[name](n), path, altk_path))
     cli = [sys.executable, "-c", "from reflection.cli import app; app()", "check", "--static-only"]
     out = str(work / "out.jsonl")
     workers = default_workers()
-    legs: dict[str, list[str]] = {
-        "reflection check, full rows, --workers 1": [*cli, "--workers", "1", str(corpus), "-o", out],
-        f"reflection check, full rows (default: {workers} workers)": [*cli, str(corpus), "-o", out],
-        "reflection check --flat --workers 1": [*cli, "--flat", "--workers", "1", str(corpus), "-o", out],
-        "reflection check --flat --workers 2": [*cli, "--flat", "--workers", "2", str(corpus), "-o", out],
-    }
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")  # ALTK imports litellm, which would fetch prices
-    if altk_python:
-        legs["ALTK evaluate_static (in-process loop)"] = [altk_python, str(Path(__file__).with_name("_altk_leg.py")),
-                                                          str(altk_corpus), str(work / "altk_out.jsonl")]
-    best: dict[str, tuple[float, float]] = {}
-    altk_stats: dict[str, Any] = {}
-    for _ in range(repeat):  # alternate the legs so a noisy neighbour hits them alike
-        for label, cmd in legs.items():
-            wall, cpu, stdout = _timed(cmd, env)
-            if label.startswith("ALTK"):
-                altk_stats = json.loads(stdout.strip().splitlines()[-1])
-                wall = altk_stats["seconds"]  # its own loop: import time left out, in ALTK's favour
-            rows_done = altk_rows if label.startswith("ALTK") else n
-            rate = rows_done / wall
-            if rate > best.get(label, (0.0, 0.0))[0]:
-                best[label] = (rate, cpu)
-    startup = min(_timed([*cli, str(empty), "-o", out], env)[0] for _ in range(repeat))
+    legs: dict[str, dict[str, tuple[list[str], dict[str, str]]]] = {}
+    # --baseline DIR: the same legs with another checkout's reflection first on the path.
+    before = dict(env, PYTHONPATH=str(Path(baseline).resolve())) if baseline else None
+    for name, (path, altk_path, _, _) in files.items():
+        legs[name] = {}
+        for prefix, leg_env in (("", env), ("baseline: ", before)):
+            if leg_env is None:
+                continue
+            legs[name].update({
+                f"{prefix}reflection check, full rows, --workers 1": ([*cli, "--workers", "1", str(path), "-o", out], leg_env),
+                f"{prefix}reflection check, full rows (default: {workers} workers)": ([*cli, str(path), "-o", out], leg_env),
+                f"{prefix}reflection check --flat --workers 1": ([*cli, "--flat", "--workers", "1", str(path), "-o", out],
+                                                                 leg_env),
+                f"{prefix}reflection check --flat --workers 2": ([*cli, "--flat", "--workers", "2", str(path), "-o", out],
+                                                                 leg_env),
+            })
+        if altk_python:
+            legs[name][_ALTK_LEG] = ([altk_python, str(Path(__file__).with_name("_altk_leg.py")), str(altk_path),
+                                     str(work / "altk_out.jsonl")], env)
+    best: dict[str, dict[str, tuple[float, float]]] = {name: {} for name in files}
+    altk_stats: dict[str, dict[str, Any]] = {}
+    split: dict[str, list[dict[str, Any]]] = {name: [] for name in files}
+    for _ in range(repeat):  # alternate the corpora and the legs so a noisy neighbour hits them alike
+        for name, (path, _, n, altk_rows) in files.items():
+            for label, (cmd, leg_env) in legs[name].items():
+                wall, cpu, stdout = _timed(cmd, leg_env)
+                if label == _ALTK_LEG:
+                    altk_stats[name] = json.loads(stdout.strip().splitlines()[-1])
+                    wall = altk_stats[name]["seconds"]  # its own loop: import time left out, in ALTK's favour
+                rate = (altk_rows if label == _ALTK_LEG else n) / wall
+                if rate > best[name].get(label, (0.0, 0.0))[0]:
+                    best[name][label] = (rate, cpu)
+            if stages:
+                split[name].append(_stage_split(path, env))
+    startups = [_timed([*cli, str(empty), "-o", out], env)[:2] for _ in range(repeat)]
+    startup, startup_cpu = min(wall for wall, _ in startups), min(cpu for _, cpu in startups)
+    print(f"\nreflection check --static-only start-up on an empty file: {startup * 1000:.0f} ms, "
+          f"{startup_cpu * 1000:.0f} ms CPU (included below)")
+    for name, (path, _, n, altk_rows) in files.items():
+        title = ("BFCL-derived corpus (one spec format per list, about half the calls wrong, the question as history)"
+                 if name == "BFCL" else "mixed corpus (five spec formats in each list, 1-10 tools, a conversation "
+                 "per row, most calls wrong)")
+        print(f"\n== {title}: {n:,} rows with unique ids ({path.stat().st_size / n:.0f} bytes mean), "
+              f"{_corpus_summary(path)}; bfcl-eval {_bfcl_corpus.BFCL_VERSION}; ALTK takes {altk_rows:,} of them "
+              "(OpenAI shape, JSON Schema types)")
+        _report(best[name], altk_stats.get(name), path, n, altk_rows, startup_cpu)
+        if split[name]:
+            _print_split(split[name])
+
+
+def _report(best: dict[str, tuple[float, float]], altk_stats: dict[str, Any] | None, path: Path, n: int,
+            altk_rows: int, startup_cpu: float) -> None:
     for label, (rate, cpu) in best.items():
         print(f"{label:<42} {rate:>10,.0f} rows/s  ({1e6 / rate:.1f} us/row wall; child CPU {cpu:.1f} s)")
-    print(f"reflection check --static-only start-up on an empty file: {startup * 1000:.0f} ms (included above)")
-    p50, p99 = _api_percentiles(corpus)
+    p50, p99 = _api_percentiles(path)
     print(f"Python API check_call in file order, warm: p50 {p50:.1f} us, p99 {p99:.1f} us (target p50 <= 25)")
-    draft7, _ = _rate(run_baseline, corpus.read_bytes().splitlines(), 1)
+    draft7, _ = _rate(run_baseline, path.read_bytes().splitlines(), 1)
     print(f"jsonschema Draft7Validator per call (same rows, in-process): {draft7:,.0f} rows/s")
-    altk = best.get("ALTK evaluate_static (in-process loop)")
-    if altk is None:
+    altk = best.get(_ALTK_LEG)
+    if altk is None or altk_stats is None:
         print("ALTK: skipped (pass --altk-python or set ALTK_PYTHON; see benchmarks/README.md)")
         return
-    print(f"ALTK evaluate_static per call in file order: p50 {altk_stats['p50_us']:.1f} us, p99 {altk_stats['p99_us']:.1f} us")
-    ratios = "; ".join(f"{label.removeprefix('reflection check').lstrip(', ')} {rate / altk[0]:.2f}x"
-                       for label, (rate, _) in best.items() if not label.startswith("ALTK"))
-    print(f"ratio vs ALTK: {ratios} (targets: full rows, default >= 1.5x; --flat, 2 workers >= 2.5x)")
-    print(f"ratio vs ALTK: Draft7 per call {draft7 / altk[0]:.2f}x; API p99 {p99:.0f} us vs ALTK's {altk_stats['p99_us']:.0f} us")
+    print(f"ALTK evaluate_static per call in file order: p50 {altk_stats['p50_us']:.1f} us, "
+          f"p99 {altk_stats['p99_us']:.1f} us")
+    ratios = "; ".join(f"{re.sub('reflection check,? ?', '', label)} {rate / altk[0]:.2f}x"
+                       for label, (rate, _) in best.items() if label != _ALTK_LEG)
+    print(f"ratio vs ALTK: {ratios} (targets: full rows, default >= 1.5x mixed, >= 2x BFCL; --flat, 2 workers >= 2.5x)")
+    print(f"ratio vs ALTK: Draft7 per call {draft7 / altk[0]:.2f}x; API p99 {p99:.0f} us vs ALTK's "
+          f"{altk_stats['p99_us']:.0f} us")
+    # CPU hardly moves with a busy neighbour, unlike wall-clock rates: the ratio to trust on a
+    # shared machine. reflection's: every process of the leg less the start-up; ALTK's: its loop.
+    altk_cpu = altk_stats["cpu_seconds"] / altk_rows * 1e6
+    cpu = "; ".join(f"{re.sub('reflection check,? ?', '', label)} {(cpu - startup_cpu) / n * 1e6:.0f} us "
+                    f"({altk_cpu / ((cpu - startup_cpu) / n * 1e6):.2f}x)"
+                    for label, (_, cpu) in best.items() if label != _ALTK_LEG)
+    print(f"CPU per row, all processes, start-up aside (ratio vs ALTK's {altk_cpu:.0f} us): {cpu}")
+
+
+def _print_split(runs: list[dict[str, Any]]) -> None:
+    """The stage split of `_stages.py`, each stage's lowest over the runs (noise only adds)."""
+    import _stages
+
+    print("CPU per row by stage, one process, cold caches (us; lowest of "
+          f"{len(runs)} run{'s' if len(runs) > 1 else ''}):")
+    kinds = ("valid", "invalid")
+    rows = {kind: runs[0][kind]["rows"] for kind in kinds}
+    print(f"  {'stage':<26}" + "".join(f"{f'{kind} ({rows[kind]:,})':>18}" for kind in kinds))
+    totals = dict.fromkeys(kinds, 0.0)
+    for stage in _stages.STAGES:
+        cells = []
+        for kind in kinds:
+            value = min(run[kind]["us"][stage] for run in runs)
+            totals[kind] += value
+            cells.append(f"{value:>18.1f}")
+        print(f"  {stage:<26}" + "".join(cells))
+    print(f"  {'total':<26}" + "".join(f"{totals[kind]:>18.1f}" for kind in kinds))
 
 
 if __name__ == "__main__":

@@ -118,6 +118,21 @@ def parse_json_keeping(text: bytes, keep: Container[str], deep: Container[str] =
         return parse_json(text)
 
 
+_ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def array_items(text: bytes) -> list[bytes] | None:
+    """The items of the JSON array `text`, each as its own JSON text, or None when `text` is not
+    an array msgspec splits (not JSON, another value, too deep): `parse_json` then says what it is.
+
+    Splitting checks the syntax without building the items, so a tool list whose specs were
+    seen before, in other lists, costs no more than the split (see `formats.normalize_tools`)."""
+    try:
+        return [bytes(item) for item in _ITEMS.decode(text)]
+    except Exception:  # noqa: BLE001 - any text that does not split: the caller parses it as a whole
+        return None
+
+
 def _too_deep_member(raw: Any) -> bool:
     try:
         parse_json(raw)
@@ -379,6 +394,23 @@ def printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8") if _bad_text(text) else text
 
 
+_VOUCHED: dict[int, tuple[Any, int]] = {}  # id(value) -> (value, its flags); the entry keeps it alive
+_VOUCHED_SIZE = 16_384
+
+
+def vouch_json_like(value: Any) -> int:
+    """`require_json_like(value)`, remembered: later calls on this very object answer at once.
+
+    Only for values the library built and that nothing changes afterwards: the parameters of
+    the tool specs `formats` keeps, which every new tool list they are in hands to the
+    compiled-schema cache, which checks them again. Bounded; the oldest are forgotten first."""
+    flags = require_json_like(value, "tools")
+    if len(_VOUCHED) >= _VOUCHED_SIZE:
+        del _VOUCHED[next(iter(_VOUCHED))]
+    _VOUCHED[id(value)] = (value, flags)
+    return flags
+
+
 def require_json_like(value: Any, argument: str) -> int:
     """Raise TypeError naming `argument` when `value` is not JSON-like (API misuse).
 
@@ -387,6 +419,9 @@ def require_json_like(value: Any, argument: str) -> int:
     every part of it has an exact JSON type (see `PLAIN`), `SOUND` when it can be checked
     (see `SOUND`; `value_problem` says why not).
     """
+    vouched = _VOUCHED.get(id(value))
+    if vouched is not None and vouched[0] is value:
+        return vouched[1]
     state = _scan(value)
     if state:
         return state

@@ -17,6 +17,7 @@ from reflection._json import (
     PLAIN,
     SOUND,
     JSONTooDeep,
+    array_items,
     canonical_bytes,
     dumps,
     has_non_finite,
@@ -24,6 +25,7 @@ from reflection._json import (
     printable,
     require_json_like,
     value_problem,
+    vouch_json_like,
 )
 from reflection._lru import LRU
 from reflection._own_words import strip_own_words
@@ -79,16 +81,9 @@ def normalize_tools(raw: Any) -> ToolInventory:
         # parsed again on every row that repeats it.
         inventory = _TEXT_INVENTORIES.get(raw)
         if inventory is None:
-            try:
-                value = parse_json(raw)
-            except JSONTooDeep as exc:
-                inventory = ToolInventory(problems=(SpecProblem(
-                    index=0, name=None, message=f"tool specs cannot be read: {exc}"),))
-            except ValueError as exc:
-                inventory = ToolInventory(problems=(SpecProblem(
-                    index=0, name=None, message=f"tool specs are not valid JSON: {printable(str(exc))}"),))
-            else:
-                inventory = _normalize_json(value, require_json_like(value, "tools"))
+            inventory = _inventory_of_specs(raw) if type(raw) is bytes else None
+            if inventory is None:
+                inventory = _text_inventory(raw)
             _TEXT_INVENTORIES.put(raw, inventory)
         return inventory
     if isinstance(raw, ToolInventory):
@@ -102,6 +97,18 @@ def normalize_tools(raw: Any) -> ToolInventory:
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(t, ToolSpec) for t in raw):
         return _spec_inventory(tuple(raw))
     return _normalize_json(raw, require_json_like(raw, "tools"))
+
+
+def _text_inventory(raw: str | bytes) -> ToolInventory:
+    """The inventory of a tool list's JSON text, read whole."""
+    try:
+        value = parse_json(raw)
+    except JSONTooDeep as exc:
+        return ToolInventory(problems=(SpecProblem(index=0, name=None, message=f"tool specs cannot be read: {exc}"),))
+    except ValueError as exc:
+        return ToolInventory(problems=(SpecProblem(
+            index=0, name=None, message=f"tool specs are not valid JSON: {printable(str(exc))}"),))
+    return _normalize_json(value, require_json_like(value, "tools"))
 
 
 def _plain_text(tool: ToolSpec) -> bool:
@@ -129,6 +136,49 @@ _INVENTORIES = LRU()  # canonical JSON of a tool list -> its inventory
 # a look-up, not a walk over every tool.
 _CHECKED = LRU(1024)
 _TEXT_INVENTORIES = LRU()  # a tool list's JSON text -> its inventory
+_SPEC_TEXTS = LRU()  # one tool spec's JSON text -> its ToolSpec (specs that normalise cleanly only)
+_SPEC_INVENTORIES = LRU()  # the ids of a list's ToolSpecs -> (those specs, their inventory)
+
+
+def _inventory_of_specs(text: bytes) -> ToolInventory | None:
+    """The inventory of the JSON array `text` built from its specs' own cache, or None when any
+    spec is new and does not normalise cleanly, or the text is not a non-empty array (the
+    whole-list path then reads it and says what is wrong, as it always has).
+
+    Evaluation files offer each row a different list drawn from the same tools, in other
+    orders and company: a spec is parsed and normalised once, not once per list it is in.
+    Lists of the same spec texts, in the same order, share one inventory (and its compiled
+    form), whatever lies between the specs."""
+    items = array_items(text)
+    if not items:
+        return None
+    tools = []
+    for item in items:
+        spec = _SPEC_TEXTS.get(item)
+        if spec is None:
+            try:
+                value = parse_json(item)
+            except ValueError:
+                return None
+            # A spec alone is as deep as in its list, less one level: a spec the list path finds
+            # too deep is read spec by spec, and one that is sound alone normalises the same.
+            if not require_json_like(value, "tools") & SOUND:
+                return None
+            spec = _normalize_tool(value, 0)  # a ToolSpec does not depend on its index
+            if not isinstance(spec, ToolSpec):
+                return None
+            vouch_json_like(spec.parameters)  # checked once here, not again for each list it is in
+            _SPEC_TEXTS.put(item, spec)
+        tools.append(spec)
+    key = tuple(map(id, tools))  # the specs are kept alive by the entry: their ids stay theirs
+    hit = _SPEC_INVENTORIES.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], tools)):
+        return hit[1]
+    if len({tool.name for tool in tools}) < len(tools):
+        return None  # a name defined twice: the whole-list path reports it
+    inventory = ToolInventory(tools=tuple(tools), problems=())
+    _SPEC_INVENTORIES.put(key, (tools, inventory))
+    return inventory
 
 
 def _normalize_json(raw: Any, shape: int) -> ToolInventory:

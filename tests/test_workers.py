@@ -220,3 +220,64 @@ def test_workers_refuse_a_config_with_a_judge():
     config = ReflectionConfig(judge={"base_url": "http://127.0.0.1:9/v1", "model": "m"})
     with pytest.raises(ValueError, match="static checks and grounding only"):
         collect([], config)
+
+
+def jsonl_line(number, tools, city="Oslo"):
+    return number, json.dumps({"id": f"r{number}", "tools": tools, "call": {"name": "get_weather",
+                                                                           "arguments": {"city": city}}}).encode()
+
+
+def test_rows_offering_the_same_tool_list_go_to_the_same_worker():
+    other = [{"name": "lookup", "parameters": {"type": "object", "properties": {}}}]
+
+    def lists(block, part):
+        return {json.dumps(json.loads(block[p][1])["tools"]) for p in part}
+
+    router = _workers._Router(2)
+    block = [jsonl_line(n, TOOLS if n % 2 else other) for n in range(1, 31)]
+    parts = router.split(block)
+    assert sorted(p for part in parts for p in part) == list(range(30))  # every row once
+    assert all(part == sorted(part) for part in parts)  # in input order within a worker
+    assert [len(lists(block, part)) for part in parts] == [1, 1]
+    assert lists(block, parts[0]) != lists(block, parts[1])
+    later = [jsonl_line(n, other) for n in range(31, 35)] + [jsonl_line(n, TOOLS) for n in range(35, 39)]
+    again = router.split(later)  # the next blocks: each list goes back to the worker that had it
+    assert lists(later, again[0]) == lists(block, parts[0]) and lists(later, again[1]) == lists(block, parts[1])
+
+
+def test_one_tool_list_on_every_row_still_spreads_over_every_worker():
+    parts = _workers._Router(3).split([jsonl_line(n, TOOLS) for n in range(1, 301)])
+    assert all(80 <= len(part) <= 126 for part in parts)
+
+
+def test_rows_that_cannot_be_routed_go_anywhere_and_are_still_reflected():
+    parts = _workers._Router(2).split([5, (1, "not bytes"), (2, b"{}"), None])
+    assert sorted(p for part in parts for p in part) == [0, 1, 2, 3]
+
+
+def test_static_gc_sets_the_thresholds_and_restores_them():
+    import gc
+
+    before = gc.get_threshold()
+    with _workers.static_gc():
+        assert gc.get_threshold() == _workers.STATIC_GC_THRESHOLD
+    assert gc.get_threshold() == before
+
+
+def test_a_run_in_one_process_restores_the_collector_thresholds(tmp_path):
+    import gc
+
+    from reflection.batch.runner import static_lines
+
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(corpus_lines(20)) + "\n")
+    before = gc.get_threshold()
+    seen = []
+
+    async def run():
+        async for _ in static_lines(src, ReflectionConfig(), workers=1):
+            seen.append(gc.get_threshold())
+
+    anyio.run(run)
+    assert set(seen) == {_workers.STATIC_GC_THRESHOLD}
+    assert gc.get_threshold() == before

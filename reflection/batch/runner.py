@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reflection.batch._output import OutputFile, judge_failed
-from reflection.batch._workers import Reflected, reflect_in_processes, reflect_lines_in_processes, use_processes
+from reflection.batch._workers import (
+    Reflected,
+    reflect_in_processes,
+    reflect_lines_in_processes,
+    static_gc,
+    use_processes,
+)
 from reflection.batch.inputs import SourceRow, check_input, count_rows, detect_format, jsonl_lines, read_source
 from reflection.config import ReflectionConfig
 from reflection.pipeline import Reflector, _reflect_plain
@@ -355,8 +361,9 @@ def _static_lines(input: Path, fmt: str, config: ReflectionConfig, *, workers: i
 
 
 async def _in_process(items: Iterable[InputRow | dict[str, Any]], flat: bool) -> AsyncIterator[Line]:
-    for item in items:
-        yield static_line(item, flat)
+    with static_gc():  # restored when the run ends or its consumer closes it
+        for item in items:
+            yield static_line(item, flat)
 
 
 async def _settled(rows: AsyncIterator[Reflected], ids: _Ids) -> AsyncIterator[Line]:
