@@ -224,10 +224,12 @@ class Gate:
                 logger.error("%s; until it is fixed every judged decision falls back to the judge-failure policy%s",
                              fatal, " (check the judge's API key, judge.api_key_env)" if fatal.status in (401, 403) else "")
             failed = JudgeError(str(fatal))
-            return self._reflector._verdict(base, dict.fromkeys(assessable(self.config.checks, history), failed), JudgeUsage(), history)
+            failures = dict.fromkeys(assessable(self.config.checks, history), failed)
+            return self._reflector._verdict(base, failures, JudgeUsage(), history)
         # Past the deadline. The requests already sent are not counted: their usage never arrived.
         late = JudgeError(f"{DEADLINE_PASSED} ({self.policy.deadline_ms:g} ms)")
-        return self._reflector._verdict(base, dict.fromkeys(assessable(self.config.checks, history), late), JudgeUsage(), history)
+        return self._reflector._verdict(base, dict.fromkeys(assessable(self.config.checks, history), late), JudgeUsage(),
+                                        history)
 
     def _judge_skipped(self, rule: ToolRule | None, risk: RiskTier, base: dict[str, Any], correctable: bool) -> str | None:
         """Why the judge is not asked about this call, or None to ask it."""
