@@ -30,7 +30,7 @@ from reflection._terminal import plain
 from reflection.batch._output import OutputCorrupt, OutputLocked
 from reflection._judge_config import JudgeFatalError
 
-__all__ = ["CLOSED_STDOUT", "FAIL_ON", "FAIL_ON_HELP", "NO_VERDICTS", "USER_ERRORS", "ClosedStdout", "fail",
+__all__ = ["CLOSED_STDOUT", "FAIL_ON", "FAIL_ON_HELP", "NO_VERDICTS", "USER_ERRORS", "ClosedStdout", "drop_unawaited_quietly", "fail",
            "fail_on_option", "open_text_output", "plain", "raise_broken_pipe", "refuse_input_as_output", "stdout_closed",
            "user_errors",
            "verdict_exit"]
@@ -130,12 +130,17 @@ def stdout_closed() -> bool:
     return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
+def drop_unawaited_quietly() -> None:
+    """A run stopped by a closed stdout drops the judge connections still being opened, unawaited:
+    expected on the way out, so Python should not say so on stderr. Call it where the closed
+    stdout is first seen, before the run's tasks are torn down."""
+    warnings.filterwarnings("ignore", r"coroutine .* was never awaited", RuntimeWarning)
+
+
 def closed_stdout_exit() -> typer.Exit:
     """Point stdout at the null device, so nothing left in its buffer fails again at exit,
     and return the exit to raise: quiet, status `CLOSED_STDOUT`."""
-    # Judge connections still being opened when the run stopped are dropped unawaited; that is
-    # expected on the way out, and Python would say so on stderr at exit.
-    warnings.filterwarnings("ignore", r"coroutine .* was never awaited", RuntimeWarning)
+    drop_unawaited_quietly()
     try:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, sys.stdout.fileno())

@@ -12,9 +12,11 @@ import typer
 from reflection._calibrate_cli import calibrate_command
 from reflection._cli_common import (
     FAIL_ON_HELP,
+    drop_unawaited_quietly,
     fail_on_option,
     open_text_output,
     refuse_input_as_output,
+    stdout_closed,
     user_errors,
     verdict_exit,
 )
@@ -120,7 +122,12 @@ async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: 
     counts = _new_counts()
     async for row in reflect_dataset(path, config=cfg, concurrency=concurrency, flat=flat):
         _tally(counts, row)
-        out.write(dumps(row) + "\n")
+        try:
+            out.write(dumps(row) + "\n")
+        except BrokenPipeError:
+            if stdout_closed():  # the judged rows still in flight are torn down next
+                drop_unawaited_quietly()
+            raise
     return counts
 
 
