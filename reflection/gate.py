@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx
 from pydantic import BaseModel, ConfigDict
 
@@ -32,7 +33,7 @@ from reflection.config import GateAction, GatePolicy, ReflectionConfig, RiskTier
 from reflection.formats import express_call, normalize_calls, normalize_history, normalize_tools, raw_calls
 from reflection.judge import Judge, JudgeError, JudgeFatalError
 from reflection.model import History, JudgeUsage, ReflectionResult, ToolCall, ToolInventory, ValueGrounding
-from reflection.pipeline import NO_JUDGE, STATIC_FAILED, Reflector, _is_parallel, assessable, siblings
+from reflection.pipeline import NO_JUDGE, STATIC_FAILED, YIELD_EVERY, Reflector, _is_parallel, assessable, siblings
 from reflection.verdict import overall_valid
 
 __all__ = ["Decision", "Gate", "GatePolicy", "MemoryJudgeCache", "ToolRule"]
@@ -150,8 +151,14 @@ class Gate:
             raws = list(calls)
         group = tuple(calls)
         if self.judge is None or len(calls) == 1:
-            # Nothing to wait for side by side: one pass, linear in the number of calls.
-            return [await self._decide(raws[i], group, i, inventory, conversation, started) for i in range(len(calls))]
+            # Nothing to wait for side by side: one pass, linear in the number of calls, that lets
+            # the event loop serve other requests between slices of a large turn.
+            decided = []
+            for i in range(len(calls)):
+                decided.append(await self._decide(raws[i], group, i, inventory, conversation, started))
+                if i % YIELD_EVERY == YIELD_EVERY - 1:
+                    await anyio.lowlevel.checkpoint()
+            return decided
         decisions: list[Decision | None] = [None] * len(calls)
 
         async def run(i: int) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 import sniffio
 
 from reflection import telemetry
@@ -43,6 +44,10 @@ def _is_parallel(call: Any) -> bool:
         isinstance(call.get("tool_calls"), list)
         or (call.get("role") == "assistant" and isinstance(call.get("content"), list))))
 
+
+YIELD_EVERY = 16
+"""Calls decided between two returns to the event loop in a large turn: a service serving a
+1,024-call request still answers its other clients between slices of a few milliseconds."""
 
 _SIBLINGS = 16
 """Other calls of the same turn shown to the judge with each call: enough to see a plan, and
@@ -101,7 +106,12 @@ class Reflector:
         if not _is_parallel(call):
             return await self._reflect_one(calls[0], inventory, conversation, ())
         if self.judge is None or not self.config.checks or len(calls) == 1:  # one pass, no tasks
-            return [await self._reflect_one(c, inventory, conversation, siblings(calls, i)) for i, c in enumerate(calls)]
+            results_in_order = []
+            for i, one in enumerate(calls):
+                results_in_order.append(await self._reflect_one(one, inventory, conversation, siblings(calls, i)))
+                if i % YIELD_EVERY == YIELD_EVERY - 1:  # a large turn shares the event loop
+                    await anyio.lowlevel.checkpoint()
+            return results_in_order
         results: list[ReflectionResult | None] = [None] * len(calls)
 
         async def run(i: int) -> None:
