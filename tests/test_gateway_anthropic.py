@@ -6,6 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+pytestmark = pytest.mark.slow  # real processes and servers
+
 pytest.importorskip("fastapi")
 anthropic = pytest.importorskip("anthropic")
 

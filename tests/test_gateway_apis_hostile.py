@@ -9,6 +9,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.slow  # real processes and servers
+
 pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")

@@ -23,6 +23,8 @@ from typing import Any
 import anyio
 import pytest
 
+pytestmark = pytest.mark.slow  # real processes and servers
+
 pytest.importorskip("mcp")
 
 from mcp import Client, StdioServerParameters

@@ -19,6 +19,8 @@ import anyio
 import httpx
 import pytest
 
+pytestmark = pytest.mark.slow  # real processes and servers
+
 pytest.importorskip("mcp")
 
 from mcp import Client, StdioServerParameters

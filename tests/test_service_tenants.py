@@ -20,6 +20,8 @@ import httpx
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # real processes and servers
+
 pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 
