@@ -47,6 +47,7 @@ import anyio
 from starlette.responses import Response, StreamingResponse
 
 from reflection._json import parse_json_keeping
+from reflection._own_words import remember
 from reflection.config import UpstreamConfig
 from reflection.model import _plain
 from reflection.service._dialects import (
@@ -319,6 +320,8 @@ class Gateway:
         limit = self.upstream.max_response_bytes
         body = bytearray()
         try:
+            if response.content_length is not None and response.content_length <= limit:
+                return await response.read()  # a declared length within the bound: one read (aiohttp stops at it)
             async for data in response.content.iter_any():
                 body += data
                 if len(body) > limit:
@@ -450,7 +453,10 @@ class Gateway:
             budget[0] -= 1
             round_ += 1
             turn.rounds += 1
-            # The model sees its whole turn: every call it made, and what became of each.
+            # The model sees its whole turn: every call it made, and what became of each. The
+            # gateway's own lines are remembered only now that they go into a conversation.
+            for text in results:
+                remember(text)
             conversation, _ = dialect.extend(conversation, said, pending, results, round_)
             reply = await self.post(self.url_for(dialect), reply_bytes(dialect.reask(body, conversation)), headers,
                                     secrets)
@@ -485,13 +491,13 @@ class Gateway:
                 ids.add(dialect.call_id(sent))
             turn.calls.append(sent)
             turn.applied.append(action)
-            return note(f"The call to {name} was accepted and will run when this turn ends; do not propose it again.")
+            return f"The call to {name} was accepted and will run when this turn ends; do not propose it again."
         if action == "escalate":
             self._escalate(call, decision, turn)
-            return note(f"The call to {name} is waiting for a person's approval; do not propose it again.")
+            return f"The call to {name} is waiting for a person's approval; do not propose it again."
         if action == "deny":
             self._deny(decision, turn)
-            return note(f"The call to {name} was blocked and will not run.")
+            return f"The call to {name} was blocked and will not run."
         return decision.feedback or decision.reason
 
     def _fallback(self, call: Any, decision: Any, turn: Turn) -> None:
