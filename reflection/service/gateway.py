@@ -39,7 +39,7 @@ import hashlib
 import os
 import time
 import zlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -436,7 +436,7 @@ class Gateway:
             decisions = await self.gate.check(list(pending), tools, dialect.history(body, conversation),
                                               started=started) if pending else []
             refused: list[tuple[Any, Any]] = []
-            results: list[str] = []
+            results: list[Callable[[], str]] = []
             for call, decision in zip(pending, decisions, strict=True):
                 self.metrics.observe_decision(decision)
                 turn.decisions.append(_decision_entry(decision, round_, dialect.call_id(call)))
@@ -455,9 +455,10 @@ class Gateway:
             turn.rounds += 1
             # The model sees its whole turn: every call it made, and what became of each. The
             # gateway's own lines are remembered only now that they go into a conversation.
-            for text in results:
+            texts = [result() for result in results]
+            for text in texts:
                 remember(text)
-            conversation, _ = dialect.extend(conversation, said, pending, results, round_)
+            conversation, _ = dialect.extend(conversation, said, pending, texts, round_)
             reply = await self.post(self.url_for(dialect), reply_bytes(dialect.reask(body, conversation)), headers,
                                     secrets)
             turn.usage.append(reply.get("usage"))
@@ -475,30 +476,36 @@ class Gateway:
                     turn.notes.append(said.text)
                 return turn
 
-    def _outcome(self, dialect: Dialect, call: Any, decision: Any, turn: Turn, seen: set[bytes], ids: set[Any]) -> str:
-        """Apply one decision to `turn`; the text the model reads about it if it is asked again."""
-        name = quoted(decision.tool)
+    def _outcome(self, dialect: Dialect, call: Any, decision: Any, turn: Turn, seen: set[bytes],
+                 ids: set[Any]) -> Callable[[], str]:
+        """Apply one decision to `turn`; the text the model reads about it if it is asked again
+        (made only then: most turns are never re-asked)."""
         action = decision.action
         if action in ("allow", "modify"):
             sent = call if action == "allow" else dialect.corrected(decision.call, call)
-            key = identity(sent)
-            if key in seen:  # the model proposed a call it already has: keep the first
-                return f"The call to {name} was already accepted; do not propose it again."
-            seen.add(key)
+            if turn.calls:  # the first call of a turn cannot repeat one: its key is made when a second comes
+                if not seen:
+                    seen.update(identity(kept) for kept in turn.calls)
+                key = identity(sent)
+                if key in seen:  # the model proposed a call it already has: keep the first
+                    return lambda: f"The call to {quoted(decision.tool)} was already accepted; do not propose it again."
+                seen.add(key)
             if isinstance(sent, dict) and dialect.call_id(sent) in ids:  # one id per call in the final reply
                 sent = dialect.with_id(sent, f"{dialect.call_id(sent)}_{len(turn.calls)}")
             if isinstance(sent, dict):
                 ids.add(dialect.call_id(sent))
             turn.calls.append(sent)
             turn.applied.append(action)
-            return f"The call to {name} was accepted and will run when this turn ends; do not propose it again."
+            return lambda: (f"The call to {quoted(decision.tool)} was accepted and will run when this turn ends; "
+                            "do not propose it again.")
         if action == "escalate":
             self._escalate(call, decision, turn)
-            return f"The call to {name} is waiting for a person's approval; do not propose it again."
+            return lambda: (f"The call to {quoted(decision.tool)} is waiting for a person's approval; "
+                            "do not propose it again.")
         if action == "deny":
             self._deny(decision, turn)
-            return f"The call to {name} was blocked and will not run."
-        return decision.feedback or decision.reason
+            return lambda: f"The call to {quoted(decision.tool)} was blocked and will not run."
+        return lambda: decision.feedback or decision.reason
 
     def _fallback(self, call: Any, decision: Any, turn: Turn) -> None:
         if self.upstream.reflect_fallback == "escalate":
