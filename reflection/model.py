@@ -356,7 +356,7 @@ class ReflectionResult(_Frozen):
             return None
         if max_chars < 20:
             raise ValueError(f"max_chars must be at least 20, got {max_chars}")
-        lines = [f"The call to {_quoted(self.call.name)} {FEEDBACK_HEADERS[action]}:"]
+        lines = [f"The call to {quoted(self.call.name)} {FEEDBACK_HEADERS[action]}:"]
         for check in STATIC_CHECKS:
             result = self.static.checks[check]
             if result.passed:
@@ -386,7 +386,7 @@ class ReflectionResult(_Frozen):
                 lines.append(f"- {check} not assessed: {_plain(semantic.explanation) or 'not assessable here'}")
         correction = self.static.correction
         if correction is not None:
-            lines.append(f"Suggested call (passes the static checks): {_quoted(correction.name)} "
+            lines.append(f"Suggested call (passes the static checks): {quoted(correction.name)} "
                          f"{_plain_value(correction.arguments)}")
         text = "\n".join(lines)
         return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
@@ -423,16 +423,16 @@ def _plain(text: str, limit: int = _FEEDBACK_TEXT) -> str:
     return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
 
 
-def _quoted(text: str, limit: int = _NAME_TEXT) -> str:
+def quoted(text: Any, limit: int = _NAME_TEXT) -> str:
     """A model- or tool-supplied name as one bounded, quoted plain string: it reads as data in
-    feedback, never as an instruction ("SYSTEM: ..." in a tool name stays inside its quotes)."""
-    return dumps(_plain(text, limit) or "(no name)")
+    feedback and notes, never as an instruction ("SYSTEM: ..." in a tool name stays inside its quotes)."""
+    return dumps(_plain(str(text), limit) or "(no name)")
 
 
 def _path(path: str) -> str:
     """An argument path as written when it is plain (`$.items[0].qty`), else quoted: paths
     carry the call's own keys."""
-    return path if _PLAIN_PATH.fullmatch(path) else _quoted(path, _FEEDBACK_TEXT)
+    return path if _PLAIN_PATH.fullmatch(path) else quoted(path, _FEEDBACK_TEXT)
 
 
 def _finding_text(finding: Finding) -> str:
@@ -465,7 +465,7 @@ def _correction_lines(correction: SemanticCorrection | None) -> list[str]:
     if correction.suggested_arguments is not None:
         lines.append(f"  suggested arguments: {_plain_value(correction.suggested_arguments)}")
     if correction.better_function:
-        lines.append(f"  better tool: {_quoted(correction.better_function)}")
+        lines.append(f"  better tool: {quoted(correction.better_function)}")
     if correction.missing_prerequisite:
         lines.append(f"  first: {_plain(correction.missing_prerequisite)}")
     return lines

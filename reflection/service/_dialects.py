@@ -22,7 +22,7 @@ from starlette.responses import Response
 
 from reflection._json import dumps, parse_json
 from reflection._own_words import remember
-from reflection.model import _plain
+from reflection.model import quoted
 
 __all__ = ["ANTHROPIC", "CHAT", "UNREADABLE", "AnthropicDialect", "ChatDialect", "Dialect", "Refused",
            "ResponsesDialect", "Said", "first_message", "identity", "input_items", "lenient", "lenient_dumps", "message_calls", "note", "problem", "quoted",
@@ -78,11 +78,6 @@ def reply_bytes(data: Any) -> bytes:
 def reply_text(data: Any) -> str:
     """`reply_bytes` as text."""
     return reply_bytes(data).decode()
-
-
-def quoted(name: Any) -> str:
-    """A model-supplied name as a bounded, quoted plain string."""
-    return dumps(_plain(str(name), 120) or "(no name)")
 
 
 def note(text: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from reflection._json import dumps
-from reflection.model import _plain
+from reflection.model import quoted
 
 __all__ = ["PATH", "GuardrailRequest", "GuardrailResponse", "apply"]
 
@@ -60,7 +60,7 @@ def _explain(decision: Any) -> str:
     if decision.action == "modify":
         call = decision.call.get("function", decision.call) if isinstance(decision.call, dict) else decision.call
         text = f"{decision.reason}\nThe corrected call would be {dumps(call)}"
-    return f"tool call {dumps(_plain(str(decision.tool), 120))} ({decision.action}): {text}"
+    return f"tool call {quoted(decision.tool)} ({decision.action}): {text}"
 
 
 def _history(request: GuardrailRequest) -> list[dict[str, Any]] | None:
