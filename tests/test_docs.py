@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -90,6 +91,18 @@ def test_the_site_url_is_the_documented_placeholder():
     # Nothing is published yet: the README and mkdocs.yml name this one address for the docs.
     assert SITE_URL == "https://toolcall-reflection.readthedocs.io/"
     assert "https://toolcall-reflection.readthedocs.io/" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_package_metadata_and_read_the_docs_name_the_same_site():
+    # The index page links to the docs through [project.urls]; Read the Docs builds that site
+    # from mkdocs.yml with the `docs` extra, strictly, as this file's build test does.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["urls"]["Documentation"] == SITE_URL
+    assert "docs" in project["optional-dependencies"]
+    rtd = yaml.safe_load((ROOT / ".readthedocs.yaml").read_text(encoding="utf-8"))
+    assert rtd["version"] == 2
+    assert rtd["mkdocs"] == {"configuration": "mkdocs.yml", "fail_on_warning": True}
+    assert rtd["python"]["install"] == [{"method": "pip", "path": ".", "extra_requirements": ["docs"]}]
 
 
 # --- the stand-in servers' --help ---------------------------------------------------------------
