@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 import anyio
 import typer
 
-from reflection._cli_common import (
+from reflection.cli.common import (
     open_text_output,
     raise_broken_pipe,
     refuse_input_as_output,
