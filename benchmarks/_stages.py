@@ -51,7 +51,12 @@ def main() -> None:
     from reflection.batch._output import OutputFile
     from reflection.batch.inputs import jsonl_lines, jsonl_row
     from reflection.batch.runner import static_line
-    from reflection.formats import is_parallel, normalize_calls, normalize_history, normalize_tools
+    from reflection.formats import (
+        is_parallel,
+        normalize_calls,
+        normalize_history,
+        normalize_tools,
+    )
     from reflection.grounding import _ground_data
     from reflection.model import _ZERO_USAGE
     from reflection.pipeline import _NO_HISTORY, _NO_SEMANTIC, NO_JUDGE

@@ -12,7 +12,15 @@ from typing import Any
 
 from reflection.batch.inputs import SourceRow
 from reflection.pipeline import _reflect_plain
-from reflection.rows import InputRow, Line, RowError, error_row, line_of, plain_row, read_row
+from reflection.rows import (
+    InputRow,
+    Line,
+    RowError,
+    error_row,
+    line_of,
+    plain_row,
+    read_row,
+)
 
 __all__ = ["item_of", "static_line", "unreflectable"]
 

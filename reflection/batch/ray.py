@@ -32,8 +32,7 @@ from typing import Any
 from reflection._cache import SQLiteJudgeCache
 from reflection._json import dumps, parse_json
 from reflection.batch.inputs import SourceRow, decode_columns
-from reflection.batch.runner import BatchStats, Ids, reflect_rows
-from reflection.batch.runner import _batch_judge
+from reflection.batch.runner import BatchStats, Ids, _batch_judge, reflect_rows
 from reflection.config import ReflectionConfig
 from reflection.judge import Judge
 from reflection.pipeline import Reflector

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 import anyio
 import typer
 
+from reflection._log import warnings_to_stderr
+from reflection.batch._workers import default_workers
 from reflection.cli.common import (
     CLOSED_STDOUT,
     FAIL_ON_HELP,
@@ -21,8 +23,6 @@ from reflection.cli.common import (
     user_errors,
     verdict_exit,
 )
-from reflection._log import warnings_to_stderr
-from reflection.batch._workers import default_workers
 from reflection.config import load_config
 
 if TYPE_CHECKING:  # the commands import what they use when they run: `reflection check` stays light

@@ -38,7 +38,6 @@ def calibrate_command(
     import anyio
     from rich.console import Console
 
-    from reflection.cli.common import CLOSED_STDOUT, ClosedStdout, plain, raise_broken_pipe, refuse_input_as_output
     from reflection._judge_config import JudgeFatalError
     from reflection._log import warnings_to_stderr
     from reflection.batch.runner import default_cache_path
@@ -51,6 +50,13 @@ def calibrate_command(
         read_labeled,
         write_plots,
         write_text,
+    )
+    from reflection.cli.common import (
+        CLOSED_STDOUT,
+        ClosedStdout,
+        plain,
+        raise_broken_pipe,
+        refuse_input_as_output,
     )
     from reflection.config import load_config
 

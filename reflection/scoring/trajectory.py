@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from reflection._json import dumps, parse_json
-from reflection.formats import holds_messages, normalize_call, normalize_history, normalize_tools, unwrap_tool_calls
+from reflection.formats import (
+    holds_messages,
+    normalize_call,
+    normalize_history,
+    normalize_tools,
+    unwrap_tool_calls,
+)
 from reflection.model import History, JudgeUsage, ToolCall, ToolInventory
 from reflection.scoring._assignment import max_weight_assignment
 from reflection.scoring._judged import JudgedScore, ask_score
