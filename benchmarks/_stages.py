@@ -51,10 +51,15 @@ def main() -> None:
     from reflection.batch._output import OutputFile
     from reflection.batch.inputs import jsonl_lines, jsonl_row
     from reflection.batch.runner import static_line
-    from reflection.formats import normalize_calls, normalize_history, normalize_tools
+    from reflection.formats import (
+        is_parallel,
+        normalize_calls,
+        normalize_history,
+        normalize_tools,
+    )
     from reflection.grounding import _ground_data
     from reflection.model import _ZERO_USAGE
-    from reflection.pipeline import _NO_HISTORY, _NO_SEMANTIC, NO_JUDGE, _is_parallel
+    from reflection.pipeline import _NO_HISTORY, _NO_SEMANTIC, NO_JUDGE
     from reflection.rows import InputRow, line_of, plain_row, read_row, row_id
     from reflection.static import (
         _ALL_PASS_DATA,
@@ -104,7 +109,7 @@ def main() -> None:
             spent["normalise call"] += t2 - t1
             spent["normalise tools"] += t3 - t2
             spent["history"] += t4 - t3
-            parallel = _is_parallel(row.call)
+            parallel = is_parallel(row.call)
             results = []
             for one in calls if parallel else calls[:1]:
                 t0 = clock()

@@ -32,7 +32,7 @@ def _peak():
             if line.startswith("VmHWM:"):
                 sys.stderr.write(f"PEAK_RSS_KB {line.split()[1]}\\n")
 atexit.register(_peak)
-from reflection.batch._cli import app
+from reflection.cli import app
 app()
 """
 

@@ -1,5 +1,14 @@
 """reflection: check an LLM agent's tool calls before they execute.
 
+The public API is the names below (`__all__`) and four public subpackages, each with its own
+`__all__`: `reflection.batch` (datasets of calls: `reflect_dataset`, `run_batch`, reports),
+`reflection.scoring` (predicted calls and answers against references), `reflection.testing`
+(an offline judge and `assert_valid_call` for your own tests, with a pytest plugin) and
+`reflection.integrations` (framework hooks, one module per framework). `tests/test_public_api.py`
+pins these names, so a change to them is deliberate. The `reflection` command lives in
+`reflection.cli` and `reflection serve` runs `reflection.service`; a module or name with a
+leading underscore is internal.
+
 The public names below load on first use (PEP 562): `import reflection` costs little, and a
 static-only program never imports the judge (httpx, tenacity, openai), the batch cache
 (aiosqlite), scoring or the gate.

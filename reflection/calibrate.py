@@ -628,10 +628,10 @@ def write_plots(report: CalibrationReport, directory: str | Path) -> list[Path]:
     return written
 
 
-# --- the command ----------------------------------------------------------------------------
+# --- for the command (`reflection.cli.calibrate`) ------------------------------------------
 
 
-def _render(report: CalibrationReport, console: Any) -> None:
+def print_table(report: CalibrationReport, console: Any) -> None:
     """Print the report as a table (plain text; check names are known names, never row data)."""
     from rich.table import Table
 
@@ -655,6 +655,7 @@ def _render(report: CalibrationReport, console: Any) -> None:
 
 
 
-def _write(path: Path, text: str) -> None:
+def write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` (UTF-8), creating its directory."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")

@@ -8,7 +8,7 @@ JSON-like at all (API misuse) raise `TypeError`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from reflection._json import (
@@ -339,13 +339,13 @@ def normalize_calls(raw: Any) -> list[ToolCall]:
     or `ToolCall` objects. JSON text (a string or UTF-8 bytes) is parsed first.
     """
     if isinstance(raw, ToolCall):
-        return [_checked_call(raw)]
+        return [checked_call(raw)]
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(c, ToolCall) for c in raw):
-        return [_checked_call(c) for c in raw]
-    return _read_calls(raw)
+        return [checked_call(c) for c in raw]
+    return normalize_raw_calls(raw)
 
 
-def _checked_call(call: ToolCall, argument: str = "call") -> ToolCall:
+def checked_call(call: ToolCall, argument: str = "call") -> ToolCall:
     """A hand-built `ToolCall` (which may hold anything) as the formats would have read it:
     bad data becomes its `error`; objects that are not JSON-like raise TypeError."""
     shape = require_json_like(call.arguments, argument) if call.arguments is not None else FINITE | SOUND
@@ -374,7 +374,7 @@ def _call_problem(call: ToolCall, shape: int) -> str | None:
     return None
 
 
-def _read_calls(raw: Any) -> list[ToolCall]:
+def normalize_raw_calls(raw: Any) -> list[ToolCall]:
     """`normalize_calls` for input that is not `ToolCall` objects (the caller has checked)."""
     if isinstance(raw, (str, bytes)):
         try:
@@ -415,7 +415,7 @@ def normalize_call(raw: Any) -> ToolCall:
     or plain `{"name", "arguments" | "args" | "input_parameters"}`.
     """
     if isinstance(raw, ToolCall):
-        return _checked_call(raw)
+        return checked_call(raw)
     return _normalize_call(raw, require_json_like(raw, "call"))
 
 
@@ -533,6 +533,39 @@ def express_call(raw: Any, call: ToolCall) -> Any:
         return {**raw, "function": function}
     key = next((k for k in _ARGUMENT_KEYS if k in raw), "input" if raw.get("type") == "tool_use" else "arguments")
     return {**raw, "name": call.name, key: dumps(arguments) if isinstance(raw.get(key), str) else arguments}
+
+
+# --- what a value holds: one call, several, none, or a conversation -------------------------
+
+
+def is_parallel(call: Any) -> bool:
+    """Several calls in: several results out. A list, or an assistant message carrying
+    `tool_calls` (OpenAI) or content blocks (Anthropic `tool_use`)."""
+    return isinstance(call, (list, tuple)) or (isinstance(call, Mapping) and (
+        isinstance(call.get("tool_calls"), list)
+        or (call.get("role") == "assistant" and isinstance(call.get("content"), list))))
+
+
+def answers_in_text(raw: Any) -> bool:
+    """Whether `raw` is an assistant message that carries no tool call: no `tool_calls` (OpenAI),
+    no `tool_use` content block (Anthropic). The model answered in text."""
+    return isinstance(raw, dict) and raw.get("role") == "assistant" and not raw.get("tool_calls") and not (
+        isinstance(raw.get("content"), list) and any(isinstance(b, dict) and b.get("type") == "tool_use"
+                                                     for b in raw["content"]))
+
+
+def unwrap_tool_calls(raw: Any) -> Any:
+    """The list under `tool_calls` of an object that is not a message (`{"tool_calls": [...]}`),
+    else `raw` as it is."""
+    if isinstance(raw, dict) and isinstance(raw.get("tool_calls"), list) and "role" not in raw:
+        return raw["tool_calls"]
+    return raw
+
+
+def holds_messages(items: Any) -> bool:
+    """Whether the list `items` holds chat messages (an object with a `role`): a conversation,
+    not a list of calls."""
+    return any(isinstance(item, dict) and "role" in item for item in items)
 
 
 # --- history -------------------------------------------------------------------------------

@@ -31,9 +31,10 @@ from reflection._lru import LRU
 from reflection._own_words import remember
 from reflection.config import GateAction, GatePolicy, ReflectionConfig, RiskTier, ToolRule
 from reflection.formats import express_call, normalize_calls, normalize_history, normalize_tools, raw_calls
+from reflection.formats import is_parallel as _is_parallel
 from reflection.judge import Judge, JudgeError, JudgeFatalError
 from reflection.model import History, JudgeUsage, ReflectionResult, ToolCall, ToolInventory, ValueGrounding
-from reflection.pipeline import NO_JUDGE, STATIC_FAILED, YIELD_EVERY, Reflector, _is_parallel, assessable, siblings
+from reflection.pipeline import NO_JUDGE, STATIC_FAILED, YIELD_EVERY, Reflector, assessable, siblings
 from reflection.verdict import overall_valid
 
 __all__ = ["Decision", "Gate", "GatePolicy", "MemoryJudgeCache", "ToolRule"]

@@ -12,6 +12,7 @@ import sniffio
 
 from reflection import telemetry
 from reflection.config import ReflectionConfig
+from reflection.formats import is_parallel as _is_parallel
 from reflection.formats import normalize_calls, normalize_history, normalize_tools
 from reflection.grounding import _ground_data, _groundings
 from reflection.model import (
@@ -35,14 +36,6 @@ __all__ = ["Reflector", "reflect", "reflect_sync"]
 
 NO_JUDGE = "no judge configured: static checks and grounding only"
 STATIC_FAILED = "the static stage failed (set continue_on_static to run the judge anyway)"
-
-
-def _is_parallel(call: Any) -> bool:
-    """Several calls in: several results out. A list, or an assistant message carrying
-    `tool_calls` (OpenAI) or content blocks (Anthropic `tool_use`)."""
-    return isinstance(call, (list, tuple)) or (isinstance(call, Mapping) and (
-        isinstance(call.get("tool_calls"), list)
-        or (call.get("role") == "assistant" and isinstance(call.get("content"), list))))
 
 
 YIELD_EVERY = 16

@@ -68,7 +68,9 @@ from reflection._json import (
     require_json_like,
     value_problem,
 )
-from reflection.formats import _checked_call, _read_calls, normalize_tools
+from reflection.formats import checked_call as _checked_call
+from reflection.formats import normalize_raw_calls as _read_calls
+from reflection.formats import normalize_tools
 from reflection.model import (
     _PASSED,
     STATIC_CHECKS,

@@ -5,7 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from reflection.batch._cli import app
+from reflection.cli import app
 from reflection.batch._synthetic import synthetic_rows, write_jsonl
 from reflection.testing.server import StandInJudge
 

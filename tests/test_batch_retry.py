@@ -11,7 +11,7 @@ import respx
 from typer.testing import CliRunner
 
 from reflection.batch import read_report, run_batch
-from reflection.batch._cli import app
+from reflection.cli import app
 from reflection.batch._output import OutputFile, iter_output_rows, judge_failed
 from reflection.batch._synthetic import synthetic_rows, write_jsonl
 from reflection.config import ReflectionConfig
@@ -209,7 +209,7 @@ def test_a_run_killed_while_asking_again_leaves_every_old_row_in_place(failed_ou
     before = out.read_bytes()
     side = out.with_name(f".{out.name}.retried")
     with StandInJudge(latency=0.3, idle_timeout=60) as server:
-        command = [sys.executable, "-m", "reflection.batch._cli", "batch", str(source), "-o", str(out),
+        command = [sys.executable, "-m", "reflection.cli", "batch", str(source), "-o", str(out),
                    "--base-url", server.base_url, "--model", "stand-in", "--concurrency", "1", "--no-progress"]
         child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:

@@ -99,7 +99,7 @@ def test_the_score_summary_prints_install_hints_literally_not_as_markup(tmp_path
     # `[metrics]` in "pip install 'toolcall-reflection[metrics]'" is text, not a rich style tag.
     from rich.console import Console
 
-    from reflection.scoring._cli import _table
+    from reflection.cli.score import _table
 
     scored = runner.invoke(app, ["score", str(example_path("scoring/predictions.jsonl")), "--references",
                                  str(example_path("scoring/references.jsonl")), "-o", str(tmp_path / "s.jsonl"),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from reflection._cli_common import CLOSED_STDOUT, NO_VERDICTS, fail_on_option
+from reflection.cli.common import CLOSED_STDOUT, NO_VERDICTS, fail_on_option
 from reflection._resources import example_path
 from reflection.cli import app
 from reflection.testing import FakeJudge

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from reflection.batch._cli import app as batch_app
+from reflection.cli import app as batch_app
 from reflection.batch.html import MAX_ROWS, BatchHtmlReport, ScoreHtmlReport, batch_report_html
 from reflection.scoring import ScoreSummary
 from reflection.testing.server import StandInJudge

@@ -8,7 +8,7 @@ import typer
 from typer.testing import CliRunner
 
 from reflection.scoring import JUDGED_KEYS, SCORE_KEYS, score_files
-from reflection.scoring._cli import score
+from reflection.cli.score import score
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "scoring"
 

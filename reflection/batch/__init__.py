@@ -9,6 +9,9 @@ in `reflection.batch.ray` (needs the `ray` extra).
 
 The names below load on first use (PEP 562), so a static-only run never imports the
 judge cache (aiosqlite) or the report's tables (rich).
+
+One of the four public subpackages (`reflection.batch`, `reflection.scoring`, `reflection.testing`
+and `reflection.integrations`, see `reflection`): its public API is `__all__`.
 """
 
 from __future__ import annotations

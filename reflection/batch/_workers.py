@@ -2,8 +2,8 @@
 
 For JSON Lines input the parent only reads the lines (`inputs.jsonl_lines`) and sends them,
 unparsed, in chunks to the workers; each worker parses its lines with
-the one-process path's code (`inputs.jsonl_row`, `rows.read_row`), reflects them as it does
-(`runner.static_line`) and returns, per row, its line number, its own id (`rows.row_id`)
+the one-process path's code (`inputs.jsonl_row`, `_static.item_of`), reflects them as it does
+(`_static.static_line`) and returns, per row, its line number, its own id (`rows.row_id`)
 and its output line. The parent applies the id rules (resume skips, duplicate ids) to those
 ids in input order, as the one-process path does, and writes each worker's line, or the
 duplicate's error row in its place: parsing, the bulk of the parent's work otherwise, runs
@@ -51,6 +51,8 @@ import anyio
 import anyio.to_thread
 
 from reflection._lru import LRU
+from reflection.batch._static import item_of, static_line
+from reflection.batch.inputs import jsonl_row
 from reflection.config import ReflectionConfig
 from reflection.rows import InputRow, Line, row_id
 
@@ -144,17 +146,12 @@ def _die_with(parent: int) -> None:
 
 
 def _reflect_chunk(items: list[InputRow | dict[str, Any]]) -> list[Line]:
-    from reflection.batch.runner import static_line
-
     flat = _worker["flat"]
     return [static_line(item, flat) for item in items]
 
 
 def _reflect_lines(lines: list[tuple[int, bytes | str]]) -> list[Reflected | None]:
     """Parse and reflect a chunk of `inputs.jsonl_lines`, one result per line (None for a blank one)."""
-    from reflection.batch.inputs import jsonl_row
-    from reflection.batch.runner import _item_of
-
     skip_ids = _worker["skip_ids"]
     rows: list[tuple[int, str] | None] = []
     items: list[InputRow | dict[str, Any]] = []
@@ -166,7 +163,7 @@ def _reflect_lines(lines: list[tuple[int, bytes | str]]) -> list[Reflected | Non
         rid = row_id(source.raw, number)
         rows.append((number, rid))
         if rid not in skip_ids:
-            items.append(_item_of(source, rid))
+            items.append(item_of(source, rid))
     out = iter(_reflect_chunk(items))
     reflected: list[Reflected | None] = []
     for row in rows:

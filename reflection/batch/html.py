@@ -32,10 +32,10 @@ from typing import Any
 from reflection._json import dumps
 from reflection.batch.report import (
     ReportBuilder,
-    _failed_checks,
-    _percentile,
+    failed_checks,
     format_cost,
     format_share,
+    percentile,
     row_problems,
 )
 
@@ -174,7 +174,7 @@ class BatchHtmlReport:
                 # score over the row's calls, as (score - 1) / 4.
                 if key.startswith("semantic_") and 0 <= value <= 1:
                     self.scores.setdefault(key, Counter())[round(value * 4) + 1] += 1
-        failed = _failed_checks(row)
+        failed = failed_checks(row)
         self.failed.update(failed)
         usage = row.get("usage")
         if isinstance(usage, Mapping) and usage.get("requests") and usage.get("cost_usd") is not None:
@@ -411,7 +411,7 @@ class ScoreHtmlReport:
 
 
 def _quantiles(ordered: list[float]) -> list[float | None]:
-    return [_percentile(ordered, q) for _, q in _QUANTILES] + [ordered[-1] if ordered else None]
+    return [percentile(ordered, q) for _, q in _QUANTILES] + [ordered[-1] if ordered else None]
 
 
 def _number(value: float | None, unit: str) -> str:

@@ -27,8 +27,8 @@ from reflection._json import JSONTooDeep, parse_json
 from reflection.config import DEFAULT_MAX_LINE_BYTES
 from reflection.rows import parse_line
 
-__all__ = ["FORMATS", "SourceRow", "check_input", "count_rows", "detect_format", "jsonl_lines", "jsonl_row",
-           "read_source"]
+__all__ = ["FORMATS", "SourceRow", "check_input", "count_rows", "decode_columns", "detect_format", "jsonl_lines",
+           "jsonl_row", "read_source"]
 
 FORMATS: dict[str, str] = {
     ".jsonl": "jsonl",
@@ -402,7 +402,7 @@ def _bad_text(text: str, where: str) -> str | None:
 # --- CSV --------------------------------------------------------------------------------------
 
 
-def _decode_columns(record: dict[str, Any], position: int, *, strings_only: bool) -> SourceRow:
+def decode_columns(record: dict[str, Any], position: int, *, strings_only: bool) -> SourceRow:
     """Decode the JSON text columns of a tabular record; empty cells mean absent."""
     row: dict[str, Any] = {}
     for key, value in record.items():
@@ -486,7 +486,7 @@ def _read_csv(path: Path, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Itera
                 yield SourceRow(number, error=f"record {number}: {exc}")
                 continue
             number += 1
-            yield _decode_columns(record, number, strings_only=True)
+            yield decode_columns(record, number, strings_only=True)
 
 
 # --- Parquet ----------------------------------------------------------------------------------
@@ -507,4 +507,4 @@ def _read_parquet(path: Path, batch_size: int = 1024) -> Iterator[SourceRow]:
     for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
         for record in batch.to_pylist():
             number += 1
-            yield _decode_columns(record, number, strings_only=False)
+            yield decode_columns(record, number, strings_only=False)

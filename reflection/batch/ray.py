@@ -31,8 +31,8 @@ from typing import Any
 
 from reflection._cache import SQLiteJudgeCache
 from reflection._json import dumps, parse_json
-from reflection.batch.inputs import SourceRow, _decode_columns
-from reflection.batch.runner import BatchStats, _batch_judge, _Ids, _reflect_rows
+from reflection.batch.inputs import SourceRow, decode_columns
+from reflection.batch.runner import BatchStats, Ids, _batch_judge, reflect_rows
 from reflection.config import ReflectionConfig
 from reflection.judge import Judge
 from reflection.pipeline import Reflector
@@ -87,7 +87,7 @@ def _source_row(record: dict[str, Any], position: int) -> SourceRow:
         except ValueError as exc:
             return SourceRow(position, {"id": _content_id(text)}, error=f"not valid JSON: {exc}")
     else:
-        source = _decode_columns(record, position, strings_only=False)
+        source = decode_columns(record, position, strings_only=False)
         if source.error is not None:
             rid = record.get("id")
             return SourceRow(position, {"id": str(rid) if rid is not None else _content_id(dumps(_plain(record)))},
@@ -143,9 +143,9 @@ class ReflectBatches:
 
     async def _reflect(self, sources: list[SourceRow]) -> list[dict[str, Any]]:
         reflector = await self._reflector_here()
-        ids = _Ids((), BatchStats())
+        ids = Ids((), BatchStats())
         items = (item for item in map(ids.prepare, sources) if item is not None)
-        return [row async for row in _reflect_rows(iter(items), reflector, self.concurrency * _WINDOW_FACTOR)]
+        return [row async for row in reflect_rows(iter(items), reflector, self.concurrency * _WINDOW_FACTOR)]
 
     def __call__(self, batch: Any) -> Any:
         """Reflect one batch; returns a pyarrow Table with the columns `id`, `overall_valid`,

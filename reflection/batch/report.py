@@ -23,8 +23,8 @@ from rich.text import Text
 from reflection._terminal import plain
 from reflection.batch._output import iter_output_rows, semantic_checks
 
-__all__ = ["BatchReport", "ReportBuilder", "FailingCheck", "ErrorReason", "format_cost", "format_share", "read_report",
-           "render_report", "row_problems"]
+__all__ = ["BatchReport", "ReportBuilder", "FailingCheck", "ErrorReason", "failed_checks", "format_cost", "format_share",
+           "percentile", "read_report", "render_report", "row_problems"]
 
 _EXAMPLES = 3
 _TOP = 10
@@ -131,7 +131,9 @@ def row_usage(row: Mapping[str, Any]) -> dict[str, float | None]:
     return {k: v if k == "cost_usd" else v or 0 for k, v in usage.items()}  # a null cost stays unknown
 
 
-def _failed_checks(row: Mapping[str, Any]) -> list[str]:
+def failed_checks(row: Mapping[str, Any]) -> list[str]:
+    """The checks a result row failed: its `static_*` flat keys at 0, then its failed semantic
+    checks (`semantic_<name>`), sorted."""
     failed = [key for key, value in row.items() if key.startswith("static_") and value == 0.0]
     semantic = {f"semantic_{name}" for name, check in semantic_checks(row) if check.get("status") == "failed"}
     return failed + sorted(semantic)
@@ -171,7 +173,7 @@ class ReportBuilder:
         if isinstance(row.get("overall_valid"), bool):
             self.sums["overall_valid"] = self.sums.get("overall_valid", 0.0) + float(row["overall_valid"])
             self.present["overall_valid"] += 1
-        for check in _failed_checks(row):
+        for check in failed_checks(row):
             self.failures[check] += 1
             examples = self.failure_examples.setdefault(check, [])
             if len(examples) < _EXAMPLES:
@@ -214,14 +216,14 @@ class ReportBuilder:
             judge=JudgeTotals(**self.usage, cost_usd=self.cost),
             latency_ms=Latency(
                 rows=len(latencies),
-                p50=_percentile(latencies, 0.50),
-                p95=_percentile(latencies, 0.95),
+                p50=percentile(latencies, 0.50),
+                p95=percentile(latencies, 0.95),
                 max=latencies[-1] if latencies else None,
             ),
         )
 
 
-def _percentile(ordered: list[float], q: float) -> float | None:
+def percentile(ordered: list[float], q: float) -> float | None:
     """Linear interpolation between closest ranks (numpy's default)."""
     if not ordered:
         return None

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reflection.batch._output import OutputFile, judge_failed
+from reflection.batch._static import item_of, static_line, unreflectable
 from reflection.batch._workers import (
     Reflected,
     reflect_in_processes,
@@ -29,8 +30,8 @@ from reflection.batch._workers import (
 )
 from reflection.batch.inputs import SourceRow, check_input, count_rows, detect_format, jsonl_lines, read_source
 from reflection.config import ReflectionConfig
-from reflection.pipeline import Reflector, _reflect_plain
-from reflection.rows import InputRow, Line, RowError, error_row, line_of, plain_row, read_row, result_row, row_id
+from reflection.pipeline import Reflector
+from reflection.rows import InputRow, Line, error_row, line_of, result_row, row_id
 
 if TYPE_CHECKING:  # the judge, its SQLite cache and rich's progress load only when a run uses them
     from reflection._cache import SQLiteJudgeCache
@@ -83,7 +84,7 @@ def _source_rows(source: Any, fmt: str | None, max_line_bytes: int) -> Iterator[
         yield item if isinstance(item, SourceRow) else SourceRow(position, item)
 
 
-class _Ids:
+class Ids:
     """Turns source rows into rows to reflect or error rows, dropping resumed ids.
 
     Duplicate ids are resolved in input order, so a rerun names them the same way.
@@ -122,21 +123,11 @@ class _Ids:
     def prepare(self, source: SourceRow) -> InputRow | dict[str, Any] | None:
         """An `InputRow` to reflect, an error row to write, or None (already in the output)."""
         rid = self.settle(row_id(source.raw, source.position), source.position)
-        return _item_of(source, rid) if isinstance(rid, str) else rid
-
-
-def _item_of(source: SourceRow, rid: str) -> InputRow | dict[str, Any]:
-    """The `InputRow` to reflect for a source row whose output id is `rid`, or its error row."""
-    if source.error is not None:
-        return error_row(rid, source.error)
-    try:
-        return read_row(source.raw, source.position)
-    except RowError as exc:
-        return error_row(rid, str(exc))
+        return item_of(source, rid) if isinstance(rid, str) else rid
 
 
 def _prepare(rows: Iterable[SourceRow], skip_ids: Container[str], stats: BatchStats) -> Iterator[InputRow | dict[str, Any]]:
-    ids = _Ids(skip_ids, stats)
+    ids = Ids(skip_ids, stats)
     for source in rows:
         item = ids.prepare(source)
         if item is not None:
@@ -146,7 +137,7 @@ def _prepare(rows: Iterable[SourceRow], skip_ids: Container[str], stats: BatchSt
 async def _aprepare(
     source: AsyncIterable[Any], skip_ids: Container[str], stats: BatchStats
 ) -> AsyncIterator[InputRow | dict[str, Any]]:
-    ids = _Ids(skip_ids, stats)
+    ids = Ids(skip_ids, stats)
     position = 0
     async for raw in source:
         position += 1
@@ -160,30 +151,8 @@ async def _reflect_row(reflector: Reflector, row: InputRow, flat: bool = False) 
     try:
         result = await reflector.reflect(row.call, row.tools, row.history)
     except (TypeError, ValueError) as exc:
-        return _unreflectable(row.id, exc)
+        return unreflectable(row.id, exc)
     return result_row(row.id, result, latency_ms=(time.perf_counter() - started) * 1000, flat_only=flat)
-
-
-def static_line(item: InputRow | dict[str, Any], flat: bool = False) -> Line:
-    """The output line of a prepared row (an error row is written as it is) with static checks
-    and grounding only: the row `_reflect_row` gives with no judge, byte for byte (latency
-    aside), built from plain data (`pipeline._reflect_plain`, `rows.plain_row`) without the
-    result models: what `reflection check` and `reflection batch` write when no judge runs."""
-    if isinstance(item, dict):
-        return line_of(item)
-    started = time.perf_counter()
-    try:
-        results = _reflect_plain(item.call, item.tools, item.history, grounding=not flat)
-    except (TypeError, ValueError) as exc:
-        return line_of(_unreflectable(item.id, exc))
-    return line_of(plain_row(item.id, results, latency_ms=(time.perf_counter() - started) * 1000, flat_only=flat))
-
-
-def _unreflectable(rid: str, exc: TypeError | ValueError) -> dict[str, Any]:
-    if isinstance(exc, RowError):
-        return error_row(rid, str(exc))
-    # Data the normalisers refuse outright; one bad row must not stop a million-row run.
-    return error_row(rid, f"row {rid}: cannot be reflected: {type(exc).__name__}: {exc}")
 
 
 async def _next(items: Iterator[Any] | AsyncIterator[Any]) -> Any:
@@ -192,7 +161,7 @@ async def _next(items: Iterator[Any] | AsyncIterator[Any]) -> Any:
     return next(items, None)
 
 
-async def _reflect_rows(
+async def reflect_rows(
     items: Iterator[InputRow | dict[str, Any]] | AsyncIterator[InputRow | dict[str, Any]],
     reflector: Reflector,
     window: int,
@@ -334,7 +303,7 @@ async def reflect_dataset(
         else:
             max_line = (reflector.config if reflector else config or ReflectionConfig()).max_line_bytes
             items = _prepare(_source_rows(source, format, max_line), skip_ids, stats)
-        async for row in _reflect_rows(items, active, limit * _WINDOW_FACTOR, flat):
+        async for row in reflect_rows(items, active, limit * _WINDOW_FACTOR, flat):
             yield row
 
 
@@ -355,7 +324,7 @@ def _static_lines(input: Path, fmt: str, config: ReflectionConfig, *, workers: i
     if processes and fmt == "jsonl":
         rows = reflect_lines_in_processes(jsonl_lines(input, config.max_line_bytes), config, workers=workers,
                                           flat=flat, skip_ids=skip_ids)
-        return _settled(rows, _Ids(skip_ids, stats))
+        return _settled(rows, Ids(skip_ids, stats))
     items = _prepare(read_source(input, fmt, max_line_bytes=config.max_line_bytes), skip_ids, stats)
     return reflect_in_processes(items, config, workers=workers, flat=flat) if processes else _in_process(items, flat)
 
@@ -366,7 +335,7 @@ async def _in_process(items: Iterable[InputRow | dict[str, Any]], flat: bool) ->
             yield static_line(item, flat)
 
 
-async def _settled(rows: AsyncIterator[Reflected], ids: _Ids) -> AsyncIterator[Line]:
+async def _settled(rows: AsyncIterator[Reflected], ids: Ids) -> AsyncIterator[Line]:
     """The workers' rows with the id rules applied in input order: resumed rows dropped, a
     duplicate's line replaced by its error row."""
     async with contextlib.aclosing(rows):
@@ -381,9 +350,9 @@ async def _settled(rows: AsyncIterator[Reflected], ids: _Ids) -> AsyncIterator[L
 
 
 def _input_ids(input: Path, fmt: str, wanted: Container[str], max_line_bytes: int) -> set[str]:
-    """The ids among `wanted` that rows of `input` get (named as `_Ids` names them, and as the
+    """The ids among `wanted` that rows of `input` get (named as `Ids` names them, and as the
     run reads them: `max_line_bytes` as the run's)."""
-    ids = _Ids(frozenset(), BatchStats())
+    ids = Ids(frozenset(), BatchStats())
     found = set()
     for source in read_source(input, fmt, max_line_bytes=max_line_bytes):
         rid, _ = ids.name(row_id(source.raw, source.position))
@@ -455,7 +424,7 @@ async def run_batch(
             else:
                 async with _reflector_for(config, None, limit, judge_cache, http_client) as reflector:
                     items = _prepare(read_source(input, fmt, max_line_bytes=config.max_line_bytes), done, stats)
-                    async for row in _reflect_rows(items, reflector, limit * _WINDOW_FACTOR, flat):
+                    async for row in reflect_rows(items, reflector, limit * _WINDOW_FACTOR, flat):
                         out.write(row)
                         stats.written += 1
                         stats.judge_requests += int((row.get("usage") or {}).get("requests") or 0)

@@ -14,6 +14,9 @@ lets a hook change arguments (and says what changed in the call's result), `refl
 give the model the gate's feedback, unchanged, as the tool's result (nothing is raised), and
 `escalate` stops for a human in the framework's own way; `approval_text(decision)` is the line
 to show that person.
+
+One of the four public subpackages (`reflection.batch`, `reflection.scoring`, `reflection.testing`
+and `reflection.integrations`, see `reflection`): its public API is `__all__`.
 """
 
 from reflection.integrations._common import EscalationRequired, approval_text

@@ -5,6 +5,9 @@ Call level (`tool_call_equivalence`, `binary_tool_call`, `staged_tool_call`), da
 (`exact_match`, `rouge_l`, `response_correctness`), and whole files (`score_files`, or
 `ascore_files` with a judge). Inputs are read by `reflection.formats`, and the LLM-judged
 scores go through `reflection.judge`.
+
+One of the four public subpackages (`reflection.batch`, `reflection.scoring`, `reflection.testing`
+and `reflection.integrations`, see `reflection`): its public API is `__all__`.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 Both sides accept any shape `reflection.formats.normalize_calls` reads (OpenAI, Anthropic,
 plain `{name, arguments}`; arguments as a JSON string or an object), a JSON string of one,
-or a `ToolCall`. Key order never matters. A prediction that is not exactly one readable call
-scores 0 on `tool_call_equivalence` and `binary_tool_call`; `staged_tool_call` gives it 0.25
-when it is valid JSON (0 for no call). A reference that is not one readable call is a dataset
-bug and raises ValueError.
+or a `ToolCall` (foreign shapes are read only through `reflection.formats`). Key order never
+matters. A prediction that is not exactly one readable call scores 0 on `tool_call_equivalence`
+and `binary_tool_call`; `staged_tool_call` gives it 0.25 when it is valid JSON (0 for no call).
+A reference that is not one readable call is a dataset bug and raises ValueError.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from reflection._json import has_non_finite, parse_json
-from reflection.formats import normalize_calls, normalize_tools
+from reflection.formats import answers_in_text, normalize_calls, normalize_tools
 from reflection.model import ToolCall
 from reflection.scoring._values import json_equal, json_identical, with_defaults
 
@@ -100,9 +100,7 @@ def predicted_calls(raw: Any) -> list[ToolCall]:
     assistant message that answered in text (no `tool_calls`, no `tool_use` block)."""
     if raw is None or raw == "":
         return []
-    if isinstance(raw, dict) and raw.get("role") == "assistant" and not raw.get("tool_calls") and not (
-        isinstance(raw.get("content"), list) and any(isinstance(b, dict) and b.get("type") == "tool_use"
-                                                     for b in raw["content"])):
+    if answers_in_text(raw):
         return []
     return read_calls(raw)
 

@@ -171,9 +171,9 @@ class ToolCallingEvaluator:
         self.weights = weights if isinstance(weights, ScoreWeights) else ScoreWeights.model_validate(weights or {})
         self.compare_values = compare_values
         if self.weights.response_quality > 0:
-            from reflection.scoring.response import _rouge_scorer
+            from reflection.scoring.response import rouge_l_scorer
 
-            _rouge_scorer(True)  # fail now, not on row 10,000, when the metrics extra is missing
+            rouge_l_scorer(True)  # fail now, not on row 10,000, when the metrics extra is missing
 
     def score_sample(self, sample: ScoringSample | Mapping[str, Any]) -> SampleRecord:
         """The record for one sample. Raises ValueError when the sample is unusable."""

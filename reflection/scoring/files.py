@@ -239,10 +239,10 @@ def _rouge(prediction: str, reference: str) -> float | None:
 
 
 def _meteor(prediction: str, reference: str, wordnet: Path | None) -> float | None:
-    from reflection.scoring.response import _meteor as meteor  # WordNet found once per run (`_joined`)
+    from reflection.scoring.response import meteor_with  # WordNet found once per run (`_joined`)
 
     try:
-        return meteor(prediction, reference, wordnet)
+        return meteor_with(prediction, reference, wordnet)
     except ImportError:
         return None  # the summary says how to turn it on
 

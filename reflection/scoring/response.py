@@ -59,14 +59,16 @@ def rouge_l(prediction: str, reference: str, *, use_stemmer: bool = True) -> flo
     one token each. On ASCII text the tokens are the same. Two answers with no tokens at all
     score 1.0 when they are equal after normalisation, else 0.0.
     """
-    scorer, tokenizer = _rouge_scorer(use_stemmer)
+    scorer, tokenizer = rouge_l_scorer(use_stemmer)
     if not tokenizer.tokenize(prediction) and not tokenizer.tokenize(reference):
         return exact_match(prediction, reference)
     return float(scorer.score(reference, prediction)["rougeL"].fmeasure)
 
 
 @lru_cache(maxsize=2)
-def _rouge_scorer(use_stemmer: bool) -> tuple[Any, Any]:
+def rouge_l_scorer(use_stemmer: bool) -> tuple[Any, Any]:
+    """`rouge-score`'s ROUGE-L scorer with `rouge_l`'s tokenizer, and that tokenizer (made once
+    per `use_stemmer`); ImportError without the `metrics` extra."""
     try:
         from nltk.stem import porter  # type: ignore[import-untyped]
         from rouge_score import rouge_scorer, tokenizers  # type: ignore[import-untyped]
@@ -157,10 +159,10 @@ def meteor(prediction: str, reference: str, *, wordnet: str | Path | None = None
     none, or with `synonyms=False`, METEOR runs with exact and stem matching only. Two answers
     with no tokens at all score 1.0 when they are equal after normalisation, else 0.0.
     """
-    return _meteor(prediction, reference, find_wordnet(wordnet) if synonyms else None)
+    return meteor_with(prediction, reference, find_wordnet(wordnet) if synonyms else None)
 
 
-def _meteor(prediction: str, reference: str, wordnet_folder: Path | None) -> float:
+def meteor_with(prediction: str, reference: str, wordnet_folder: Path | None) -> float:
     """`meteor` with the WordNet folder already found (None: no synonym stage), for callers
     scoring many rows with one WordNet."""
     from nltk.translate.meteor_score import meteor_score  # type: ignore[import-untyped]

@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from reflection._json import dumps, parse_json
-from reflection.formats import normalize_call, normalize_history, normalize_tools
+from reflection.formats import (
+    holds_messages,
+    normalize_call,
+    normalize_history,
+    normalize_tools,
+    unwrap_tool_calls,
+)
 from reflection.model import History, JudgeUsage, ToolCall, ToolInventory
 from reflection.scoring._assignment import max_weight_assignment
 from reflection.scoring._judged import JudgedScore, ask_score
@@ -128,13 +134,12 @@ def read_trajectory(raw: Any) -> list[TrajectoryCall]:
             raw = parse_json(raw)
         except ValueError as exc:
             raise ValueError(f"trajectory is not valid JSON: {exc}") from None
-    if isinstance(raw, dict) and isinstance(raw.get("tool_calls"), list) and "role" not in raw:
-        raw = raw["tool_calls"]
+    raw = unwrap_tool_calls(raw)
     if isinstance(raw, (TrajectoryCall, ToolCall, dict)):
         raw = [raw]
     if not isinstance(raw, (list, tuple)):
         raise ValueError(f"a trajectory must be a list of calls or messages, got {type(raw).__name__}")
-    if any(isinstance(item, dict) and "role" in item for item in raw):
+    if holds_messages(raw):
         return trajectory_from_messages(raw)
     return [_read_step(item) for item in raw]
 

@@ -20,8 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reflection._json import dumps, parse_json
 from reflection.config import DEFAULT_TENANT, ReflectionConfig
+from reflection.formats import is_parallel as _is_parallel
 from reflection.model import ReflectionResult
-from reflection.pipeline import Reflector, _is_parallel
+from reflection.pipeline import Reflector
 from reflection.rows import InputRow, RowError, parse_line, read_row, result_row
 from reflection.service import _guardrail
 from reflection.service._metrics import CONTENT_TYPE_LATEST, Metrics, TenantMetrics

@@ -15,6 +15,9 @@ With the pytest plugin (installed with the package) the `fake_judge` fixture giv
 object, entered for the test's duration. In a user's own suite, `assert_valid_call(call,
 tools, history, config=...)` reflects a call and fails with the failing checks and evidence. `FakeJudge` needs the `testing` extra (respx); this
 package itself, the plugin and `reflection.testing.server` load without it.
+
+One of the four public subpackages (`reflection.batch`, `reflection.scoring`, `reflection.testing`
+and `reflection.integrations`, see `reflection`): its public API is `__all__`.
 """
 
 from __future__ import annotations

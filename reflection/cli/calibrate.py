@@ -38,15 +38,30 @@ def calibrate_command(
     import anyio
     from rich.console import Console
 
-    from reflection._cli_common import CLOSED_STDOUT, ClosedStdout, plain, raise_broken_pipe, refuse_input_as_output
     from reflection._judge_config import JudgeFatalError
     from reflection._log import warnings_to_stderr
     from reflection.batch.runner import default_cache_path
-    from reflection.calibrate import LabelError, Observation, _render, _write, calibrate, observe, read_labeled, write_plots
+    from reflection.calibrate import (
+        LabelError,
+        Observation,
+        calibrate,
+        observe,
+        print_table,
+        read_labeled,
+        write_plots,
+        write_text,
+    )
+    from reflection.cli.common import (
+        CLOSED_STDOUT,
+        ClosedStdout,
+        plain,
+        raise_broken_pipe,
+        refuse_input_as_output,
+    )
     from reflection.config import load_config
 
     def fail(message: str) -> typer.Exit:
-        # Not _cli_common.fail: a LabelError lists one unusable row per line.
+        # Not common.fail: a LabelError lists one unusable row per line.
         typer.echo(f"error: {plain(message)}", err=True)
         return typer.Exit(2)
 
@@ -92,7 +107,7 @@ def calibrate_command(
         raise fail(str(exc)) from None
     report = calibrate(observations, cfg, max_false_block=max_false_block)
     try:
-        _write(output, json.dumps(report.to_json(), indent=2) + "\n")
+        write_text(output, json.dumps(report.to_json(), indent=2) + "\n")
     except OSError as exc:
         raise fail(f"cannot write the report: {exc}") from None
     notes = [f"reflected {len(rows)} labelled rows"]
@@ -113,12 +128,12 @@ def calibrate_command(
     text = report.snippet()
     pipe = ClosedStdout()  # `| head` ends the printing only: the snippet and plots are still written
     with pipe:
-        _render(report, console)
+        print_table(report, console)
         console.print(text, markup=False, end="")
     written = [str(output)] + ([str(snippet)] if snippet else [])
     try:
         if snippet is not None:
-            _write(snippet, text)
+            write_text(snippet, text)
         if plots is not None:
             written += [str(p) for p in write_plots(report, plots)]
     except OSError as exc:

@@ -1,4 +1,8 @@
-"""The `reflection` command. Holds no logic: it parses options and calls the library."""
+"""`reflection check`: reflect every row of a file and write one JSON result row per row.
+
+Options in, library calls out: `reflection.batch.runner` reflects (in worker processes when no
+judge runs, see `--workers`), this module writes the rows and counts the verdicts.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,13 @@ from typing import Any
 import anyio
 import typer
 
-from reflection._calibrate_cli import calibrate_command
-from reflection._cli_common import (
+from reflection._json import dumps
+from reflection._log import warnings_to_stderr
+from reflection.batch._workers import default_workers
+from reflection.batch.inputs import check_input
+from reflection.batch.runner import reflect_dataset, static_lines
+from reflection.cli.batch import WORKERS_HELP
+from reflection.cli.common import (
     FAIL_ON_HELP,
     drop_unawaited_quietly,
     fail_on_option,
@@ -20,37 +29,11 @@ from reflection._cli_common import (
     user_errors,
     verdict_exit,
 )
-from reflection._json import dumps
-from reflection._log import warnings_to_stderr
-from reflection.batch._cli import WORKERS_HELP, batch, report
-from reflection.batch._workers import default_workers
-from reflection.batch.inputs import check_input
-from reflection.batch.runner import reflect_dataset, static_lines
 from reflection.config import ReflectionConfig, load_config
-from reflection.scoring._cli import score
-from reflection.service._cli import mcp_proxy, serve
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Check LLM agents' tool calls before they execute, and score them against references.")
+__all__ = ["check"]
 
 
-def _print_version(value: bool) -> None:
-    if value:
-        from reflection import __version__
-
-        typer.echo(f"reflection {__version__} (toolcall-reflection)")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                 help="Print the version (and the package's name on the package index) and exit."),
-) -> None:
-    """Check LLM agents' tool calls before they execute, and score them against references."""
-
-
-@app.command()
 @user_errors
 def check(
     input: Path = typer.Argument(..., help="Rows {id, tools, history, call | tool_calls}: .jsonl, .json (array), .csv or .parquet, as for batch."),
@@ -130,17 +113,3 @@ async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: 
             raise
     return counts
 
-
-app.command("score", help="Score predicted tool calls against references (JSON Lines joined by id).")(score)
-app.command("batch", help="Reflect a dataset with resume, judge cache, progress and a report.")(batch)
-app.command("report", help="Summarise a batch output file (text table or --json).")(report)
-app.command("serve", help="Run the reflection service and the OpenAI-compatible gateway (HTTP).")(serve)
-# Options end at the server's command (no `--` needed), so clients that split their own
-# command lines at `--` (the MCP Inspector) can still pass the server's options through.
-app.command("mcp-proxy", context_settings={"allow_interspersed_args": False},
-            help="Check the tool calls of an MCP server (stdio or streamable HTTP): reflection mcp-proxy -- COMMAND ARGS...")(mcp_proxy)
-app.command("calibrate", help="Calibrate thresholds on labelled calls: confusion matrices, sweeps, suggestions.")(
-    calibrate_command)
-
-if __name__ == "__main__":  # pragma: no cover - `python -m reflection.cli`, as the `reflection` script
-    app()

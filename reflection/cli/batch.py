@@ -1,7 +1,6 @@
 """The `reflection batch` and `reflection report` commands: options in, library calls out.
 
-`reflection.cli` registers them (`app.command("batch")(batch)`); `python -m
-reflection.batch._cli` runs them on their own.
+`reflection.cli` registers them (`app.command("batch")(batch)`).
 """
 
 from __future__ import annotations
@@ -12,7 +11,9 @@ from typing import TYPE_CHECKING
 import anyio
 import typer
 
-from reflection._cli_common import (
+from reflection._log import warnings_to_stderr
+from reflection.batch._workers import default_workers
+from reflection.cli.common import (
     CLOSED_STDOUT,
     FAIL_ON_HELP,
     ClosedStdout,
@@ -22,8 +23,6 @@ from reflection._cli_common import (
     user_errors,
     verdict_exit,
 )
-from reflection._log import warnings_to_stderr
-from reflection.batch._workers import default_workers
 from reflection.config import load_config
 
 if TYPE_CHECKING:  # the commands import what they use when they run: `reflection check` stays light
@@ -161,10 +160,3 @@ def _print_report(summary: BatchReport, as_json: bool) -> None:
     else:
         render_report(summary, _console())
 
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch reflection.")
-app.command("batch")(batch)
-app.command("report")(report)
-
-if __name__ == "__main__":  # pragma: no cover
-    app()

@@ -17,14 +17,14 @@ from typing import IO, TYPE_CHECKING, Any
 import anyio
 import typer
 
-from reflection._cli_common import (
+from reflection._json import dumps
+from reflection._log import warnings_to_stderr
+from reflection.cli.common import (
     open_text_output,
     raise_broken_pipe,
     refuse_input_as_output,
     user_errors,
 )
-from reflection._json import dumps
-from reflection._log import warnings_to_stderr
 from reflection.config import ReflectionConfig, load_config
 
 if TYPE_CHECKING:  # loaded when `score` runs, so registering it keeps `reflection check` light

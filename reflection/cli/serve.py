@@ -1,7 +1,9 @@
 """The `reflection serve` and `reflection mcp-proxy` commands: options in, library calls out.
 
 `reflection.cli` registers them; they import the service stack only when run, so the rest of the
-CLI works without the `service` extra.
+CLI works without the `service` extra. Each of uvicorn's workers builds its application with
+`reflection.service._worker.app_from_env`, which reads the config through `reflection.config`:
+a worker never imports the CLI.
 """
 
 from __future__ import annotations
@@ -15,12 +17,9 @@ from pathlib import Path
 
 import typer
 
-from reflection._cli_common import fail
+from reflection.cli.common import fail
 
-__all__ = ["app_from_env", "mcp_proxy", "serve"]
-
-_CONFIG_ENV = "REFLECTION_SERVE_CONFIG"
-"""How `reflection serve` tells its worker processes which config file to load."""
+__all__ = ["mcp_proxy", "serve"]
 
 
 def _load(config: Path | None):
@@ -56,34 +55,6 @@ def _require_service_extra() -> None:
         raise fail(f"the service needs the 'service' extra: pip install \"toolcall-reflection[service]\" ({exc})") from None
 
 
-def app_from_env():
-    """The application of one worker process: the config file named by REFLECTION_SERVE_CONFIG
-    (if any), with the environment on top. Used by `reflection serve` as uvicorn's factory."""
-    from reflection.cli import load_config
-    from reflection.service.app import create_app
-
-    path = os.environ.get(_CONFIG_ENV)
-    cfg = load_config(Path(path) if path else None)
-    app = create_app(cfg)
-    if _guarded_protocol() is not None:  # this worker's connection limits, from the same config
-        from reflection.service import _connections
-
-        _connections.configure(cfg.service, getattr(app, "metrics", None))
-    return app
-
-
-_GUARDED_PROTOCOL = "reflection.service._connections:GuardedHttpToolsProtocol"
-
-
-def _guarded_protocol() -> str | None:
-    """The HTTP protocol with header limits and a connection cap, or None without httptools."""
-    try:
-        import httptools  # noqa: F401
-    except ImportError:
-        return None
-    return _GUARDED_PROTOCOL
-
-
 def _drain_refusing_supervisor() -> type:
     """uvicorn's supervisor of several workers, closing its own copy of the listening socket before
     it asks the workers to drain. Each worker closes its copy when SIGTERM starts its drain, but the
@@ -114,6 +85,7 @@ def serve(
     import uvicorn
 
     from reflection.service._logging import log_config, request_logger
+    from reflection.service._worker import APP_FACTORY, CONFIG_ENV, guarded_protocol
 
     cfg = _load(config)
     if not cfg.service.key_tenants() and not _is_loopback(host) and not insecure_no_auth:
@@ -121,7 +93,7 @@ def serve(
                     f"listens only on loopback; refusing --host {host}. Configure keys, or pass --insecure-no-auth.")
     if port == 0:
         port = _free_port(host)
-    os.environ[_CONFIG_ENV] = str(config.resolve()) if config else ""
+    os.environ[CONFIG_ENV] = str(config.resolve()) if config else ""
     metrics_dir = None
     if workers > 1:
         metrics_dir = tempfile.mkdtemp(prefix="reflection-metrics-")
@@ -130,7 +102,7 @@ def serve(
 
     logging.config.dictConfig(log_config(log_level))
     shown = f"[{host}]" if ":" in host else host
-    protocol = _guarded_protocol()
+    protocol = guarded_protocol()
     if protocol is None:
         request_logger.warning("httptools is not installed: connections get uvicorn's keep-alive timeout only, no "
                                "header time or size limit and no connection cap; install \"toolcall-reflection[service]\"")
@@ -140,7 +112,7 @@ def serve(
         # Not `limit_concurrency`: it counts idle connections too, so hoarded ones would refuse
         # every real request; the protocol caps connections and the middleware caps requests.
         server_config = uvicorn.Config(
-            "reflection.service._cli:app_from_env", factory=True, host=host, port=port, workers=workers,
+            APP_FACTORY, factory=True, host=host, port=port, workers=workers,
             log_config=log_config(log_level), access_log=False, server_header=False, http=protocol or "auto",
             timeout_keep_alive=service.keep_alive_seconds,
             # Draining waits for the longest request: its body's time, then its deadline.

@@ -1,0 +1,5 @@
+"""`python -m reflection.cli ...`: the `reflection` command."""
+
+from reflection.cli import app
+
+app()
