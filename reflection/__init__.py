@@ -1,8 +1,9 @@
 """reflection: check an LLM agent's tool calls before they execute.
 
 The public names below load on first use (PEP 562): `import reflection` costs little, and a
-static-only program never imports the judge (httpx, tenacity, openai), the batch cache
-(aiosqlite), scoring or the gate.
+static-only program never imports the judge (httpx, tenacity), the batch cache (aiosqlite),
+scoring or the gate. Every exception reflection raises on purpose is a `ReflectionError`
+(`reflection.errors` draws the tree); the ones users catch are exported here.
 """
 
 from __future__ import annotations
@@ -30,7 +31,20 @@ if TYPE_CHECKING:
         ToolSpec,
     )
 
-    from reflection.judge import Judge, JudgeConfig, JudgeError, JudgeFatalError, Price
+    from reflection.errors import (
+        ConfigError,
+        EscalationRequired,
+        JudgeError,
+        JudgeFatalError,
+        LabelError,
+        NotAResultRow,
+        OutputCorrupt,
+        OutputLocked,
+        ReflectionError,
+        RowError,
+        RowProblem,
+    )
+    from reflection.judge import Judge, JudgeConfig, Price
     from reflection.pipeline import Reflector, reflect, reflect_sync
     from reflection.gate import Decision, Gate, GatePolicy, ToolRule
     from reflection.scoring import (
@@ -71,11 +85,20 @@ _HOMES = {
     "ToolCall": "reflection.model",
     "ToolInventory": "reflection.model",
     "ToolSpec": "reflection.model",
-    "Judge": "reflection.judge",
-    "JudgeConfig": "reflection._judge_config",
-    "JudgeError": "reflection._judge_config",
-    "JudgeFatalError": "reflection._judge_config",
-    "Price": "reflection._judge_config",
+    "Judge": "reflection.judge.client",
+    "JudgeConfig": "reflection.judge.config",
+    "Price": "reflection.judge.config",
+    "ReflectionError": "reflection.errors",
+    "ConfigError": "reflection.errors",
+    "EscalationRequired": "reflection.errors",
+    "JudgeError": "reflection.errors",
+    "JudgeFatalError": "reflection.errors",
+    "LabelError": "reflection.errors",
+    "NotAResultRow": "reflection.errors",
+    "OutputCorrupt": "reflection.errors",
+    "OutputLocked": "reflection.errors",
+    "RowError": "reflection.errors",
+    "RowProblem": "reflection.errors",
     "Reflector": "reflection.pipeline",
     "reflect": "reflection.pipeline",
     "reflect_sync": "reflection.pipeline",
@@ -105,7 +128,9 @@ __all__ = [
     "SEMANTIC_CHECKS",
     "STATIC_CHECKS",
     "CheckResult",
+    "ConfigError",
     "Decision",
+    "EscalationRequired",
     "Finding",
     "Gate",
     "GatePolicy",
@@ -113,7 +138,12 @@ __all__ = [
     "JudgeConfig",
     "JudgeError",
     "JudgeFatalError",
+    "LabelError",
+    "NotAResultRow",
+    "OutputCorrupt",
+    "OutputLocked",
     "Price",
+    "ReflectionError",
     "ReflectionConfig",
     "ServiceConfig",
     "UpstreamConfig",
@@ -121,6 +151,8 @@ __all__ = [
     "History",
     "Message",
     "ReflectionResult",
+    "RowError",
+    "RowProblem",
     "SemanticCheckResult",
     "ScoreWeights",
     "StaticResult",

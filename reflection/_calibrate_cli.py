@@ -39,7 +39,7 @@ def calibrate_command(
     from rich.console import Console
 
     from reflection._cli_common import CLOSED_STDOUT, ClosedStdout, plain, raise_broken_pipe, refuse_input_as_output
-    from reflection._judge_config import JudgeFatalError
+    from reflection.errors import JudgeFatalError
     from reflection._log import warnings_to_stderr
     from reflection.batch.runner import default_cache_path
     from reflection.calibrate import LabelError, Observation, _render, _write, calibrate, observe, read_labeled, write_plots
@@ -79,7 +79,7 @@ def calibrate_command(
     cache_file = None if no_cache or cfg.judge is None else (cache_path or default_cache_path(output))
 
     async def run() -> tuple[list[Observation], int]:
-        from reflection._cache import SQLiteJudgeCache
+        from reflection.judge.cache import SQLiteJudgeCache
 
         if cache_file is None:
             return await observe(rows, config=cfg, concurrency=concurrency), 0
