@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
     from reflection.errors import (
         ConfigError,
-        EscalationRequired,
         JudgeError,
         JudgeFatalError,
         LabelError,
@@ -90,7 +89,6 @@ _HOMES = {
     "Price": "reflection.judge.config",
     "ReflectionError": "reflection.errors",
     "ConfigError": "reflection.errors",
-    "EscalationRequired": "reflection.errors",
     "JudgeError": "reflection.errors",
     "JudgeFatalError": "reflection.errors",
     "LabelError": "reflection.errors",
@@ -130,7 +128,6 @@ __all__ = [
     "CheckResult",
     "ConfigError",
     "Decision",
-    "EscalationRequired",
     "Finding",
     "Gate",
     "GatePolicy",

@@ -23,15 +23,16 @@ each is still importable from the module that raises it (`reflection.config.Conf
     ├── OutputCorrupt (ValueError)          an output file with a line that is not a result row
     ├── OutputLocked (RuntimeError)         another process is writing the output file
     ├── RowProblem (ValueError)             a prediction/reference pair that cannot be scored
-    ├── EscalationRequired                  the gate asks a person to approve a call
+    ├── EscalationRequired                  the gate asks a person to approve a call (*)
     ├── StreamTooLarge (ValueError)         an upstream's event stream went past a bound
     ├── UnreadableMessage                   an MCP line that is not a JSON-RPC message
     └── Refused                             an upstream answer the gateway cannot pass on
 
-This is the base layer: importing it imports nothing else from reflection. Three errors word
-their message (or default) with a helper of the module that raises them, imported only when
-one is made: `JudgeError`'s empty usage, `NotAResultRow`'s safe row id, `EscalationRequired`'s
-approval text.
+This is the base layer: it imports nothing from a higher one (only `_terminal`, beside it,
+when a `NotAResultRow` words its message), so every module can import it. (*) For that reason
+`EscalationRequired` is defined in `reflection.integrations`: its message is the approval text
+written there, from a gate's `Decision`. `JudgeError.usage` is a `reflection.model.JudgeUsage`
+when the judge raises it, and None when an error is made without one.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from typing import Any
 
 __all__ = [
     "ConfigError",
-    "EscalationRequired",
     "InvalidReply",
     "JSONTooDeep",
     "JudgeConnectionError",
@@ -86,12 +86,8 @@ class JudgeError(ReflectionError):
     def __init__(self, reason: str, usage: Any = None):
         super().__init__(reason)
         self.reason = reason
-        if usage is None:
-            from reflection.model import JudgeUsage
-
-            usage = JudgeUsage()
         self.usage = usage
-        """What the failed requests cost (a `reflection.model.JudgeUsage`)."""
+        """What the failed requests cost (a `reflection.model.JudgeUsage`; None if not given)."""
 
 
 class JudgeFatalError(ReflectionError):
@@ -201,24 +197,6 @@ class OutputLocked(ReflectionError, RuntimeError):
 
 class RowProblem(ReflectionError, ValueError):
     """A row that cannot be scored; its message goes into the error row."""
-
-
-# --- framework hooks ---------------------------------------------------------------------------
-
-
-class EscalationRequired(ReflectionError):
-    """The gate decided `escalate`: a person must approve or refuse the call before it runs.
-
-    Raised by adapters whose framework has no approval step of its own; `decision` says why,
-    and `str()` of the exception is `approval_text(decision)`, written for that person.
-    `decision` is a `reflection.gate.Decision` (typed loosely: this module is below the gate).
-    """
-
-    def __init__(self, decision: Any):
-        from reflection.integrations._common import approval_text
-
-        super().__init__(approval_text(decision))
-        self.decision = decision
 
 
 # --- the service -------------------------------------------------------------------------------

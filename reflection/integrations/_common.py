@@ -8,7 +8,7 @@ from typing import Any
 from reflection._json import dumps
 from reflection._own_words import NOTE_MARKER
 from reflection._terminal import plain
-from reflection.errors import EscalationRequired  # noqa: F401 - kept importable from here
+from reflection.errors import ReflectionError
 from reflection.gate import Decision
 
 _RESULT_LIMIT = 2000
@@ -19,6 +19,18 @@ _REASON_LIMIT = 300
 
 NOTE_PREFIX = NOTE_MARKER + " the call was corrected before it ran: "
 """How every correction note starts, so code reading a conversation back can recognise one."""
+
+
+class EscalationRequired(ReflectionError):
+    """The gate decided `escalate`: a person must approve or refuse the call before it runs.
+
+    Raised by adapters whose framework has no approval step of its own; `decision` says why,
+    and `str()` of the exception is `approval_text(decision)`, written for that person.
+    """
+
+    def __init__(self, decision: Decision):
+        super().__init__(approval_text(decision))
+        self.decision = decision
 
 
 def blocked_text(decision: Decision) -> str:
