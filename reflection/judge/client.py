@@ -33,12 +33,7 @@ import anyio
 import httpx
 import orjson
 import sniffio
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-)
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from reflection import telemetry
 from reflection._json import dumps
@@ -176,10 +171,11 @@ _MAX_TOKENS = 10_000_000
 
 
 def _error_text(exc: JudgeStatusError) -> str:
-    """What a 400/422 said, lower-cased, to look for what it was about."""
+    """What a 400/422 said, lower-cased, to look for what it was about: the error as JSON, then
+    as the line `Error code: <status> - <error>` (Python's printing of it), read as before."""
     body = exc.body
-    return (dumps(body) if body is not None and not isinstance(body, str) else str(body or "")).lower() + " " + \
-        f"error code: {exc.status} - {body}".lower()
+    text = dumps(body) if body is not None and not isinstance(body, str) else str(body or "")
+    return f"{text} error code: {exc.status} - {body}".lower()
 
 
 class Judge:
