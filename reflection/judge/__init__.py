@@ -7,8 +7,8 @@
 
 Modules: `client` (`Judge`, `build_judge`, `request_key`), `config` (`JudgeConfig`, `Price`),
 `reply` (reading a judge's reply into its JSON object), `cache` (`JudgeCache`,
-`SQLiteJudgeCache`, `MemoryJudgeCache`), `transport` (the default HTTP client). The errors
-live in `reflection.errors` and are exported here too.
+`SQLiteJudgeCache`, `MemoryJudgeCache`), `prices` (what its tokens cost), `transport` (the
+default HTTP client). The errors live in `reflection.errors` and are exported here too.
 
 The names below load on first use (PEP 562): `reflection.config` and static-only use import
 `reflection.judge.config` without loading httpx, tenacity or aiosqlite.

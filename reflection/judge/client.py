@@ -37,7 +37,6 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from reflection import telemetry
 from reflection._json import dumps
-from reflection._prices import TablePrice, configured_cost
 from reflection.errors import (
     InvalidReply,
     JudgeConnectionError,
@@ -50,6 +49,7 @@ from reflection.errors import (
 )
 from reflection.judge.cache import JudgeCache, MemoryJudgeCache
 from reflection.judge.config import JudgeConfig
+from reflection.judge.prices import TablePrice, configured_cost
 from reflection.judge.reply import read_json, reply_text
 from reflection.judge.transport import judge_http_client
 from reflection.model import JudgeUsage
