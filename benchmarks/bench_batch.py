@@ -7,12 +7,12 @@ with CONCURRENCY. Ideal time = rows x requests per row x latency / concurrency.
 
 Side by side in one run (the cache is off except where said):
   batch         what `reflection batch` does: the judge's connections spread over small
-                httpx pools (reflection/_http.py), the default client of every Judge
+                httpx pools (reflection/judge/transport.py), the default client of every Judge
   one pool      an `httpx.AsyncClient` with one pool of all the connections, passed as
                 http_client; httpcore 1.0's pool costs CPU quadratic in its size
   cold cache    the batch run again with a fresh SQLite judge cache (fills it)
   warm cache    a rerun of the finished batch into a new output: zero judge requests
-  bare client   no reflection at all: the judge's default client (reflection/_http.py) posts
+  bare client   no reflection at all: the judge's default client (reflection/judge/transport.py) posts
                 ROWS judge requests captured from the warm-up, CONCURRENCY at a time, and
                 parses each reply; the floor any httpx-based client sets on this machine
 
@@ -41,7 +41,7 @@ import anyio  # noqa: E402
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
-from reflection._http import judge_http_client  # noqa: E402
+from reflection.judge.transport import judge_http_client  # noqa: E402
 
 from reflection.batch import read_report, run_batch  # noqa: E402
 from reflection.batch._synthetic import synthetic_rows, write_jsonl  # noqa: E402

@@ -10,8 +10,9 @@ pins these names, so a change to them is deliberate. The `reflection` command li
 leading underscore is internal.
 
 The public names below load on first use (PEP 562): `import reflection` costs little, and a
-static-only program never imports the judge (httpx, tenacity, openai), the batch cache
-(aiosqlite), scoring or the gate.
+static-only program never imports the judge (httpx, tenacity), the batch cache (aiosqlite),
+scoring or the gate. Every exception reflection raises on purpose is a `ReflectionError`
+(`reflection.errors` draws the tree); the ones users catch are exported here.
 """
 
 from __future__ import annotations
@@ -39,7 +40,19 @@ if TYPE_CHECKING:
         ToolSpec,
     )
 
-    from reflection.judge import Judge, JudgeConfig, JudgeError, JudgeFatalError, Price
+    from reflection.errors import (
+        ConfigError,
+        JudgeError,
+        JudgeFatalError,
+        LabelError,
+        NotAResultRow,
+        OutputCorrupt,
+        OutputLocked,
+        ReflectionError,
+        RowError,
+        RowProblem,
+    )
+    from reflection.judge import Judge, JudgeConfig, Price
     from reflection.pipeline import Reflector, reflect, reflect_sync
     from reflection.gate import Decision, Gate, GatePolicy, ToolRule
     from reflection.scoring import (
@@ -80,11 +93,19 @@ _HOMES = {
     "ToolCall": "reflection.model",
     "ToolInventory": "reflection.model",
     "ToolSpec": "reflection.model",
-    "Judge": "reflection.judge",
-    "JudgeConfig": "reflection._judge_config",
-    "JudgeError": "reflection._judge_config",
-    "JudgeFatalError": "reflection._judge_config",
-    "Price": "reflection._judge_config",
+    "Judge": "reflection.judge.client",
+    "JudgeConfig": "reflection.judge.config",
+    "Price": "reflection.judge.config",
+    "ReflectionError": "reflection.errors",
+    "ConfigError": "reflection.errors",
+    "JudgeError": "reflection.errors",
+    "JudgeFatalError": "reflection.errors",
+    "LabelError": "reflection.errors",
+    "NotAResultRow": "reflection.errors",
+    "OutputCorrupt": "reflection.errors",
+    "OutputLocked": "reflection.errors",
+    "RowError": "reflection.errors",
+    "RowProblem": "reflection.errors",
     "Reflector": "reflection.pipeline",
     "reflect": "reflection.pipeline",
     "reflect_sync": "reflection.pipeline",
@@ -114,6 +135,7 @@ __all__ = [
     "SEMANTIC_CHECKS",
     "STATIC_CHECKS",
     "CheckResult",
+    "ConfigError",
     "Decision",
     "Finding",
     "Gate",
@@ -122,7 +144,12 @@ __all__ = [
     "JudgeConfig",
     "JudgeError",
     "JudgeFatalError",
+    "LabelError",
+    "NotAResultRow",
+    "OutputCorrupt",
+    "OutputLocked",
     "Price",
+    "ReflectionError",
     "ReflectionConfig",
     "ServiceConfig",
     "UpstreamConfig",
@@ -130,6 +157,8 @@ __all__ = [
     "History",
     "Message",
     "ReflectionResult",
+    "RowError",
+    "RowProblem",
     "SemanticCheckResult",
     "ScoreWeights",
     "StaticResult",

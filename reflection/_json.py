@@ -11,6 +11,8 @@ from typing import Any
 import msgspec
 import orjson
 
+from reflection.errors import JSONTooDeep
+
 # orjson reads integers beyond 64 bits as floats; such text goes to the exact stdlib parser.
 _LONG_DIGITS = re.compile(rb"\d{19,}")
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -24,10 +26,6 @@ _SCALARS = (str, int, bool, type(None))
 
 
 _DECODE = msgspec.json.Decoder().decode
-
-
-class JSONTooDeep(ValueError):
-    """JSON text nesting deeper than the JSON parsers go (about a thousand levels)."""
 
 
 def _too_deep() -> JSONTooDeep:

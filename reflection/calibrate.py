@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict
 
 from reflection.batch.inputs import read_source
 from reflection.config import ReflectionConfig
+from reflection.errors import LabelError
 from reflection.model import SEMANTIC_CHECKS, STATIC_CHECKS
 from reflection.rows import RowError, read_row, row_id
 
@@ -68,10 +69,6 @@ _MAX_PROBLEMS = 20
 
 
 # --- labelled rows in ------------------------------------------------------------------------
-
-
-class LabelError(ValueError):
-    """The labelled file cannot be used; the message lists every problem found (up to 20)."""
 
 
 @dataclass(frozen=True)

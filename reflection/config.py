@@ -11,7 +11,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from reflection._judge_config import JudgeConfig
+from reflection.errors import ConfigError
+from reflection.judge.config import JudgeConfig
 from reflection.model import SEMANTIC_CHECKS
 
 DEFAULT_THRESHOLDS: dict[str, int] = {
@@ -226,11 +227,6 @@ measure word overlap, so a right answer in other words scores well below 1 (0.5,
 metrics default to); exact match is shown but fails no row (0: off), since ROUGE-L
 and METEOR already catch a wrong answer. Every other metric fails below 1.0 (exact) unless
 `score_thresholds` says otherwise."""
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot be used: unreadable or malformed YAML, an unknown key, a bad value.
-    The message is one line a person can act on."""
 
 
 GateAction = Literal["allow", "modify", "reflect", "deny", "escalate"]

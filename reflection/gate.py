@@ -27,12 +27,11 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from reflection import telemetry
-from reflection._lru import LRU
 from reflection._own_words import remember
 from reflection.config import GateAction, GatePolicy, ReflectionConfig, RiskTier, ToolRule
 from reflection.formats import express_call, normalize_calls, normalize_history, normalize_tools, raw_calls
 from reflection.formats import is_parallel as _is_parallel
-from reflection.judge import Judge, JudgeError, JudgeFatalError
+from reflection.judge import Judge, JudgeError, JudgeFatalError, MemoryJudgeCache, build_judge
 from reflection.model import History, JudgeUsage, ReflectionResult, ToolCall, ToolInventory, ValueGrounding
 from reflection.pipeline import NO_JUDGE, STATIC_FAILED, YIELD_EVERY, Reflector, assessable, siblings
 from reflection.verdict import overall_valid
@@ -97,8 +96,7 @@ class Gate:
         self._http_client = http_client
         if self._owns_judge:
             assert self.config.judge is not None
-            cache = MemoryJudgeCache(self.policy.cache_size) if self.policy.cache_size else None
-            judge = Judge(self.config.judge, http_client=http_client, cache=cache)
+            judge = build_judge(self.config.judge, http_client=http_client, memory_cache=self.policy.cache_size)
         self.judge = judge
         self._reflector = Reflector(self.config, judge=judge)
         self._logged: set[str] = set()  # problems already logged (shared with the check_sync gate)
@@ -306,40 +304,6 @@ class Gate:
             shadow_action=shadow_action,
             tool=call.name,
         )
-
-
-class MemoryJudgeCache:
-    """Judge replies in memory, least recently used evicted past `max_entries`: for a gate
-    answering live traffic, where the same call and conversation often come back (retries,
-    re-asked turns). Keys as `SQLiteJudgeCache` (`reflection.judge.request_key`)."""
-
-    def __init__(self, max_entries: int = 1024):
-        if max_entries < 1:
-            raise ValueError(f"max_entries must be at least 1, got {max_entries}")
-        self.max_entries = max_entries
-        self.hits = 0
-        self.misses = 0
-        self._replies = LRU(max_entries, static_stage=False)
-        # A gate's blocking path runs on its own thread and shares this cache.
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._replies)
-
-    async def get(self, key: str) -> Any | None:
-        """The stored reply for `key`, or None."""
-        with self._lock:
-            value = self._replies.get(key)
-            if value is None:
-                self.misses += 1
-                return None
-            self.hits += 1
-            return value
-
-    async def put(self, key: str, value: Any) -> None:
-        """Store a validated reply under `key`, evicting the least recently used past the bound."""
-        with self._lock:
-            self._replies.put(key, value)
 
 
 def _grounded(grounding: tuple[ValueGrounding, ...]) -> bool:

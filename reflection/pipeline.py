@@ -74,9 +74,9 @@ class Reflector:
         self.config = config or ReflectionConfig()
         self._owns_judge = judge is None and self.config.judge is not None
         if judge is None and self.config.judge is not None:
-            from reflection.judge import Judge
+            from reflection.judge import build_judge
 
-            judge = Judge(self.config.judge, http_client=http_client)
+            judge = build_judge(self.config.judge, http_client=http_client)
         self.judge = judge
 
     async def __aenter__(self) -> Reflector:
@@ -115,9 +115,9 @@ class Reflector:
                 for i in range(len(calls)):
                     tg.start_soon(run, i)
         except BaseExceptionGroup as failed:
-            from reflection.judge import _reraise_fatal
+            from reflection.judge import reraise_fatal
 
-            _reraise_fatal(failed)
+            reraise_fatal(failed)
             raise
         return [r for r in results if r is not None]
 
@@ -142,9 +142,9 @@ class Reflector:
                 for i, row in enumerate(rows):
                     tg.start_soon(run, i, row)
         except BaseExceptionGroup as failed:
-            from reflection.judge import _reraise_fatal
+            from reflection.judge import reraise_fatal
 
-            _reraise_fatal(failed)
+            reraise_fatal(failed)
             raise
         return results
 

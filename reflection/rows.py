@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reflection._json import dumps_line, parse_json, parse_json_keeping
+from reflection.errors import RowError
 from reflection.model import _ZERO_USAGE, STATIC_CHECKS, JudgeUsage, ReflectionResult, ToolCall
 
 __all__ = ["InputRow", "Line", "RowError", "error_row", "line_of", "parse_line", "plain_row", "read_row", "result_row"]
@@ -45,10 +46,6 @@ def parse_line(line: bytes) -> Any:
     if type(tools) is bytes and tools[:1] == b'"':
         row["tools"] = parse_json(tools)
     return row
-
-
-class RowError(ValueError):
-    """A row that cannot be reflected; its message goes into the error row."""
 
 
 @dataclass(frozen=True)

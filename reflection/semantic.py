@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 import anyio
 
 from reflection._json import dumps, parse_json, value_problem
-from reflection._reply import RepairedObject
 from reflection._resources import Template, load_template
-from reflection.judge import Judge, JudgeError, request_key, _reraise_fatal
+from reflection.judge import Judge, JudgeError, request_key, reraise_fatal
+from reflection.judge.reply import RepairedObject
 from reflection.model import (
     History,
     JudgeUsage,
@@ -460,7 +460,7 @@ async def run_semantic(
                 for group in groups:
                     tg.start_soon(ask, group)
         except BaseExceptionGroup as failed:
-            _reraise_fatal(failed)  # an endpoint that cannot answer stops the caller, whatever the mode
+            reraise_fatal(failed)  # an endpoint that cannot answer stops the caller, whatever the mode
             raise
     return {name: replies[name] for name in checks}, usages[0] if len(usages) == 1 else JudgeUsage.total(usages)
 

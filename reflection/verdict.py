@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from reflection._judge_config import JudgeError
+from reflection.errors import JudgeError
 from reflection.model import SemanticCheckResult, StaticResult
 
 if TYPE_CHECKING:  # the static path (overall_valid) does not load the semantic stage

@@ -2,7 +2,7 @@
 
 import pytest
 
-from reflection import judge as judge_module
+from reflection.judge import client as judge_module
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ import pytest
 import respx
 
 from reflection._json import dumps, parse_json
+from reflection.errors import JudgeConnectionError, JudgeStatusError, JudgeTimeout
 from reflection.judge import Judge, JudgeConfig, JudgeError, Price
 from reflection.testing._protocol import completion
 
@@ -97,34 +98,51 @@ async def test_transient_failures_are_retried(failure):
         assert route.call_count == 2
 
 
-@pytest.mark.parametrize(("status", "error", "requests"), [
-    (429, "RateLimitError", 3),  # retried until max_attempts
-    (500, "InternalServerError", 3),
-    (409, "ConflictError", 1),  # not retried
+@pytest.mark.parametrize(("status", "requests"), [
+    (429, 3),  # retried until max_attempts
+    (500, 3),
+    (408, 3),
+    (409, 1),  # not retried
+    (400, 1),
 ])
-async def test_http_failures_surface_as_the_openai_sdks_exception_types(status, error, requests):
-    import openai
-
+async def test_http_failures_surface_as_the_judges_own_status_error(status, requests):
     with respx.mock(base_url=BASE) as mock:
         route = mock.post("/chat/completions").mock(
             return_value=httpx.Response(status, headers={"retry-after": "0"}, json={"error": {"message": "no"}}))
-        async with Judge(config()) as judge:
-            with pytest.raises(JudgeError, match=f"HTTP {status} from the judge endpoint") as info:
+        async with Judge(config(structured_output="json_schema")) as judge:
+            with pytest.raises(JudgeError, match=f"HTTP {status} from the judge endpoint: no ") as info:
                 await ask(judge)
-    assert type(info.value.__cause__) is getattr(openai, error)
-    assert info.value.__cause__.status_code == status
+    assert type(info.value.__cause__) is JudgeStatusError
+    assert (info.value.__cause__.status, info.value.__cause__.body) == (status, {"message": "no"})
+    assert info.value.__cause__.retry_after == "0"
     assert route.call_count == requests
 
 
+@pytest.mark.parametrize(("failure", "error", "reason"), [
+    (httpx.ConnectError("unreachable"), JudgeConnectionError, "could not connect to the judge endpoint"),
+    (httpx.ReadTimeout("slow"), JudgeTimeout, "the judge request timed out"),
+])
+async def test_transport_failures_surface_as_the_judges_own_errors(failure, error, reason):
+    with respx.mock(base_url=BASE) as mock:
+        route = mock.post("/chat/completions").mock(side_effect=failure)
+        async with Judge(config(max_attempts=2, retry_max_wait=0)) as judge:
+            with pytest.raises(JudgeError) as info:
+                await ask(judge)
+    assert str(info.value) == f"{reason} (after 2 request(s))"
+    assert type(info.value.__cause__) is error
+    assert route.call_count == 2
+
+
 @pytest.mark.slow
-def test_static_only_use_never_imports_the_openai_sdk():
-    # The SDK (for exception types only) is most of the import time; a Judge imports it.
+def test_the_judge_never_imports_the_openai_sdk():
+    # The judge maps HTTP failures to its own errors: neither static-only use nor a judge pays
+    # for the SDK (most of the import time it used to cost).
     code = ("import sys, reflection\n"
             "result = reflection.check_call({'name': 'f', 'arguments': {}}, [{'name': 'f', 'parameters': {}}])\n"
             "assert result.valid, result\n"
             "assert 'openai' not in sys.modules, 'static-only use imported openai'\n"
             "reflection.Judge(reflection.JudgeConfig(api_key='k'))\n"
-            "assert 'openai' in sys.modules\n")
+            "assert 'openai' not in sys.modules, 'a judge imported openai'\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -56,7 +56,7 @@ async def test_a_server_trickling_its_reply_times_out_at_the_overall_deadline(se
     # One byte every 0.2 s: every read is quick, so only a deadline on the whole exchange ends it
     # (the server hangs up after 30 s; without a deadline that is a connection error, not a timeout).
     if deadline == "anyio.fail_after":  # the path taken under event loops other than asyncio
-        monkeypatch.setattr("reflection.judge.sniffio", SimpleNamespace(current_async_library=lambda: "trio"))
+        monkeypatch.setattr("reflection.judge.client.sniffio", SimpleNamespace(current_async_library=lambda: "trio"))
     url = server_process("--transport-fault", "trickle")
     config = JudgeConfig(base_url=url, model="stand-in", timeout=1.5, max_attempts=1)
     with pytest.raises(JudgeError, match="the judge request timed out"):

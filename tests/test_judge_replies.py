@@ -10,7 +10,7 @@ import respx
 
 from reflection import ReflectionConfig, reflect
 from reflection._json import dumps, parse_json
-from reflection._reply import UnreadableReply, read_json, reply_text
+from reflection.judge.reply import UnreadableReply, read_json, reply_text
 from reflection.judge import Judge, JudgeConfig
 from reflection.model import SEMANTIC_CHECKS
 from reflection.semantic import CONFIDENCE_WORDS, read_check

@@ -142,7 +142,7 @@ async def test_an_unexplained_400_in_every_mode_changes_nothing(respx_mock):
 @pytest.mark.parametrize(("status", "message"), [(401, "Incorrect API key provided"), (403, "no access to this model"),
                                                  (404, "The model `m` does not exist")])
 async def test_401_403_404_are_fatal_with_the_url_status_and_server_message(status, message):
-    import openai
+    from reflection.errors import JudgeStatusError
 
     with respx.mock(base_url=BASE) as mock:
         route = mock.post("/chat/completions").mock(return_value=httpx.Response(status, json={"error": {"message": message}}))
@@ -152,7 +152,7 @@ async def test_401_403_404_are_fatal_with_the_url_status_and_server_message(stat
     key = "" if status == 404 else " (API key from judge.api_key)"  # a rejected key: where it came from
     assert str(info.value) == f"judge {BASE}/chat/completions: HTTP {status}: {message}{key}"
     assert (info.value.status, info.value.server_message) == (status, message)
-    assert isinstance(info.value.__cause__, openai.APIStatusError)
+    assert isinstance(info.value.__cause__, JudgeStatusError)
     assert not isinstance(info.value, JudgeError)  # never caught as a row's judge error
     assert route.call_count == 1
 
@@ -211,7 +211,7 @@ async def test_a_remote_endpoint_with_a_key_is_not_warned_about(caplog, monkeypa
 
 
 def test_a_password_in_the_base_url_is_not_shown():
-    from reflection.judge import _shown_url
+    from reflection.judge.client import _shown_url
 
     assert _shown_url(httpx.URL("https://user:pw@judge.example.com/v1?key=s")) == "https://judge.example.com/v1"
 

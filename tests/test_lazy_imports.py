@@ -8,8 +8,9 @@ import reflection
 import reflection.batch
 import reflection.scoring
 
-HEAVY = ("httpx", "aiosqlite", "openai", "tenacity", "rich", "yaml", "reflection.judge", "reflection._cache",
-         "reflection.semantic", "reflection.gate", "reflection.scoring.", "reflection.calibrate")
+HEAVY = ("httpx", "aiosqlite", "openai", "tenacity", "rich", "yaml", "reflection.judge.client", "reflection.judge.cache",
+         "reflection.judge.transport", "reflection.semantic", "reflection.gate", "reflection.scoring.",
+         "reflection.calibrate")
 
 
 def loaded_after(code: str) -> list[str]:

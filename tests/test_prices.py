@@ -8,10 +8,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from reflection import JudgeConfig, Price, ReflectionConfig, reflect
-from reflection._prices import TablePrice, configured_cost
 from reflection.batch.progress import PlainProgress
 from reflection.batch.report import build_report, format_cost, render_report
 from reflection.judge import Judge
+from reflection.judge.prices import TablePrice, configured_cost
 from reflection.model import JudgeUsage
 from reflection.testing import FakeJudge
 

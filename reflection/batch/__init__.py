@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from reflection._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from reflection._cache import SQLiteJudgeCache
+    from reflection.judge.cache import SQLiteJudgeCache
     from reflection.batch._output import OutputCorrupt, OutputLocked
     from reflection.batch.html import BatchHtmlReport, ScoreHtmlReport, batch_report_html
     from reflection.batch.inputs import SourceRow, read_source
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from reflection.batch.runner import DEFAULT_CACHE_NAME, BatchStats, default_cache_path, reflect_dataset, run_batch
 
 _HOMES = {
-    "SQLiteJudgeCache": "reflection._cache",
+    "SQLiteJudgeCache": "reflection.judge.cache",
     "OutputCorrupt": "reflection.batch._output",
     "OutputLocked": "reflection.batch._output",
     "BatchHtmlReport": "reflection.batch.html",

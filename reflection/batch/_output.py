@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from reflection._json import dumps_line, parse_json
+from reflection.errors import OutputCorrupt, OutputLocked
 
 try:
     import fcntl
@@ -36,14 +37,6 @@ except ImportError:  # pragma: no cover - not POSIX: runs go unlocked
     fcntl = None  # type: ignore[assignment]
 
 __all__ = ["OutputCorrupt", "OutputFile", "OutputLocked", "iter_output_rows", "judge_failed"]
-
-
-class OutputCorrupt(ValueError):
-    """The output file has a line that is not a result row: it was not written by `reflection batch` alone."""
-
-
-class OutputLocked(RuntimeError):
-    """Another process is writing the output file."""
 
 
 def _lock_holder(fd: int) -> int | None:

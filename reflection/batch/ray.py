@@ -29,12 +29,12 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from reflection._cache import SQLiteJudgeCache
 from reflection._json import dumps, parse_json
 from reflection.batch.inputs import SourceRow, decode_columns
-from reflection.batch.runner import BatchStats, Ids, _batch_judge, reflect_rows
+from reflection.batch.runner import BatchStats, Ids, reflect_rows
 from reflection.config import ReflectionConfig
-from reflection.judge import Judge
+from reflection.judge import Judge, build_judge
+from reflection.judge.cache import SQLiteJudgeCache
 from reflection.pipeline import Reflector
 
 __all__ = ["OUTPUT_COLUMNS", "ReflectBatches", "reflect_with_ray"]
@@ -137,7 +137,8 @@ class ReflectBatches:
         if self._reflector is None:
             if self.cache_path and self.config.judge is not None:
                 self._cache = SQLiteJudgeCache(self.cache_path)
-            self._judge = _batch_judge(self.config, self.concurrency, self._cache)
+            if self.config.judge is not None:
+                self._judge = build_judge(self.config.judge, max_concurrency=self.concurrency, cache=self._cache)
             self._reflector = Reflector(self.config, judge=self._judge)
         return self._reflector
 

@@ -22,6 +22,7 @@ from rich.text import Text
 
 from reflection._terminal import plain
 from reflection.batch._output import iter_output_rows, semantic_checks
+from reflection.errors import NotAResultRow
 
 __all__ = ["BatchReport", "ReportBuilder", "FailingCheck", "ErrorReason", "failed_checks", "format_cost", "format_share",
            "percentile", "read_report", "render_report", "row_problems"]
@@ -239,21 +240,6 @@ def build_report(rows: Iterable[Mapping[str, Any]]) -> BatchReport:
     for row in rows:
         builder.add(row)
     return builder.build()
-
-
-class NotAResultRow(ValueError):
-    """A row without `overall_valid`: the file is not a reflection output (a dataset, most often)."""
-
-    def __init__(self, row: Mapping[str, Any], path: str | Path | None = None):
-        self.row = row
-        looks = " (it has the members of an input row)" if _INPUT_MEMBERS & set(row) else ""
-        where = f"{path} is not a reflection result file: its" if path is not None else "this is not a result row: the"
-        super().__init__(f"{where} row {plain(str(row.get('id')), one_line=True)[:80]!r} has no \"overall_valid\"{looks}; "
-                         "report on the output of `reflection batch` or `reflection check`, e.g. "
-                         "`reflection batch DATASET -o results.jsonl` then `reflection report results.jsonl`")
-
-
-_INPUT_MEMBERS = {"call", "tool_calls", "tools", "history"}
 
 
 def read_report(path: str | Path) -> BatchReport:

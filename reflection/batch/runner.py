@@ -34,9 +34,9 @@ from reflection.pipeline import Reflector
 from reflection.rows import InputRow, Line, error_row, line_of, result_row, row_id
 
 if TYPE_CHECKING:  # the judge, its SQLite cache and rich's progress load only when a run uses them
-    from reflection._cache import SQLiteJudgeCache
     from reflection.batch.progress import BatchProgress
-    from reflection.judge import Judge, JudgeCache
+    from reflection.judge import JudgeCache
+    from reflection.judge.cache import SQLiteJudgeCache
 
 __all__ = ["DEFAULT_CACHE_NAME", "BatchStats", "default_cache_path", "reflect_dataset", "run_batch"]
 
@@ -217,17 +217,6 @@ async def reflect_rows(
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _batch_judge(
-    config: ReflectionConfig, concurrency: int, cache: JudgeCache | None, http_client: Any = None
-) -> Judge | None:
-    if config.judge is None:
-        return None
-    from reflection.judge import Judge
-
-    # The batch's concurrency is the judge's: its limiter and connection pool are sized to it.
-    return Judge(config.judge.model_copy(update={"max_concurrency": concurrency}), cache=cache, http_client=http_client)
-
-
 @contextlib.asynccontextmanager
 async def _reflector_for(
     config: ReflectionConfig | None,
@@ -243,14 +232,18 @@ async def _reflector_for(
     async with contextlib.AsyncExitStack() as stack:
         if isinstance(cache, (str, Path)):
             cache = await stack.enter_async_context(_sqlite_cache(cache))
-        judge = _batch_judge(config, concurrency, cache, http_client)
-        if judge is not None:
-            await stack.enter_async_context(judge)
+        judge = None
+        if config.judge is not None:
+            from reflection.judge import build_judge
+
+            # The batch's concurrency is the judge's: its limiter and connection pool are sized to it.
+            judge = await stack.enter_async_context(
+                build_judge(config.judge, max_concurrency=concurrency, cache=cache, http_client=http_client))
         yield Reflector(config, judge=judge)
 
 
 def _sqlite_cache(path: str | Path) -> SQLiteJudgeCache:
-    from reflection._cache import SQLiteJudgeCache  # aiosqlite loads only for runs with a judge
+    from reflection.judge.cache import SQLiteJudgeCache  # aiosqlite loads only for runs with a judge
 
     return SQLiteJudgeCache(path)
 

@@ -38,7 +38,7 @@ def calibrate_command(
     import anyio
     from rich.console import Console
 
-    from reflection._judge_config import JudgeFatalError
+    from reflection.errors import JudgeFatalError
     from reflection._log import warnings_to_stderr
     from reflection.batch.runner import default_cache_path
     from reflection.calibrate import (
@@ -94,7 +94,7 @@ def calibrate_command(
     cache_file = None if no_cache or cfg.judge is None else (cache_path or default_cache_path(output))
 
     async def run() -> tuple[list[Observation], int]:
-        from reflection._cache import SQLiteJudgeCache
+        from reflection.judge.cache import SQLiteJudgeCache
 
         if cache_file is None:
             return await observe(rows, config=cfg, concurrency=concurrency), 0

@@ -26,9 +26,9 @@ from typing import Any, Self, TypeVar
 
 import typer
 
-from reflection._judge_config import JudgeFatalError
 from reflection._terminal import plain
 from reflection.batch._output import OutputCorrupt, OutputLocked
+from reflection.errors import JudgeFatalError
 
 __all__ = ["CLOSED_STDOUT", "FAIL_ON", "FAIL_ON_HELP", "NO_VERDICTS", "USER_ERRORS", "ClosedStdout", "drop_unawaited_quietly", "fail",
            "fail_on_option", "open_text_output", "plain", "raise_broken_pipe", "refuse_input_as_output", "stdout_closed",

@@ -110,8 +110,8 @@ def score(
 async def _write_rows(predictions: Path, references: Path, out: IO[str], summary: ScoreSummary,
                       cfg: ReflectionConfig, concurrency: int | None, cache_path: Path | None,
                       page: ScoreHtmlReport | None) -> None:
-    from reflection._cache import SQLiteJudgeCache
-    from reflection.batch.runner import _batch_judge
+    from reflection.judge import build_judge
+    from reflection.judge.cache import SQLiteJudgeCache
     from reflection.scoring.files import ascore_files
 
     async with contextlib.AsyncExitStack() as stack:
@@ -119,9 +119,8 @@ async def _write_rows(predictions: Path, references: Path, out: IO[str], summary
         if cfg.judge is not None:
             cache = await stack.enter_async_context(SQLiteJudgeCache(cache_path)) if cache_path else None
             # The command's concurrency is the judge's: its limiter and connection pool are sized to it.
-            judge = _batch_judge(cfg, concurrency or cfg.judge.max_concurrency, cache)
-            assert judge is not None
-            await stack.enter_async_context(judge)
+            judge = await stack.enter_async_context(
+                build_judge(cfg.judge, max_concurrency=concurrency or cfg.judge.max_concurrency, cache=cache))
         async for row in ascore_files(predictions, references, judge=judge, concurrency=concurrency,
                                       prompts_dir=cfg.prompts_dir, wordnet=cfg.wordnet):
             summary.add(row)

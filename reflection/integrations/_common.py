@@ -8,6 +8,7 @@ from typing import Any
 from reflection._json import dumps
 from reflection._own_words import NOTE_MARKER
 from reflection._terminal import plain
+from reflection.errors import ReflectionError
 from reflection.gate import Decision
 
 _RESULT_LIMIT = 2000
@@ -20,7 +21,7 @@ NOTE_PREFIX = NOTE_MARKER + " the call was corrected before it ran: "
 """How every correction note starts, so code reading a conversation back can recognise one."""
 
 
-class EscalationRequired(Exception):
+class EscalationRequired(ReflectionError):
     """The gate decided `escalate`: a person must approve or refuse the call before it runs.
 
     Raised by adapters whose framework has no approval step of its own; `decision` says why,

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from reflection._json import parse_json
 from reflection.config import DEFAULT_SCORE_THRESHOLDS
+from reflection.errors import RowProblem
 from reflection.formats import normalize_history
 from reflection.judge import Judge, JudgeError
 from reflection.model import JudgeUsage, ToolCall
@@ -100,10 +101,6 @@ def metric_thresholds(overrides: Mapping[str, float] | None = None) -> dict[str,
 _ARGUMENTS: tuple[Literal["input_parameters"]] = ("input_parameters",)
 _PREDICTION_KEYS = ("tool_calls", "tool_call", "call", "prediction")
 _REFERENCE_KEYS = ("expected_tool_calls", "expected_tool_call", "expected_tools", "expected")
-
-
-class RowProblem(ValueError):
-    """A row that cannot be scored; its message goes into the error row."""
 
 
 def error_row(rid: str | None, message: str) -> dict[str, Any]:

@@ -22,19 +22,12 @@ from starlette.responses import Response
 
 from reflection._json import dumps, parse_json
 from reflection._own_words import remember
+from reflection.errors import Refused
 from reflection.model import quoted
 
 __all__ = ["ANTHROPIC", "CHAT", "UNREADABLE", "AnthropicDialect", "ChatDialect", "Dialect", "Refused",
            "ResponsesDialect", "Said", "first_message", "identity", "input_items", "lenient", "lenient_dumps", "message_calls", "note", "problem", "quoted",
            "read_reply", "reply_bytes", "reply_text", "usage_sum"]
-
-
-class Refused(Exception):
-    """The upstream's answer cannot be passed on: `response` is what the client gets instead."""
-
-    def __init__(self, response: Response):
-        super().__init__()
-        self.response = response
 
 
 def problem(status: int, detail: str) -> Response:

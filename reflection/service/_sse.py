@@ -13,11 +13,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from reflection.errors import StreamTooLarge
+
 __all__ = ["Event", "StreamTooLarge", "events"]
-
-
-class StreamTooLarge(ValueError):
-    """The upstream's stream went past a bound (one event, or the whole stream)."""
 
 
 @dataclass

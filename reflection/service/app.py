@@ -202,8 +202,8 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from reflection._http import judge_http_client
         from reflection.gate import Gate
+        from reflection.judge.transport import judge_http_client
         from reflection.service.gateway import Gateway
 
         async with contextlib.AsyncExitStack() as stack:

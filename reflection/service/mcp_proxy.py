@@ -53,6 +53,7 @@ from pydantic import ValidationError
 from reflection._json import printable
 from reflection._terminal import plain
 from reflection.config import ReflectionConfig
+from reflection.errors import UnreadableMessage
 from reflection.formats import normalize_tools
 
 __all__ = ["HttpFront", "LineSplitter", "McpProxy", "ServerProcess", "UnreadableMessage", "correction_note",
@@ -75,18 +76,6 @@ _PARSE_ERROR = -32700
 _INVALID_REQUEST = -32600
 _NOTE_LIMIT = 60  # characters of one quoted value in a note
 _NOTE_CHANGES = 8  # changes listed in a note; the rest are counted
-
-
-class UnreadableMessage(Exception):
-    """A line that is not a JSON-RPC message the SDK can read (not UTF-8, not JSON, nested too
-    deeply, too long, not JSON-RPC). `id` and `method` are what could be recovered from it, so
-    the proxy can answer the request it was, or the request it answered, with an error."""
-
-    def __init__(self, reason: str, id: str | int | None = None, method: str | None = None):
-        super().__init__(reason)
-        self.reason = reason
-        self.id = id
-        self.method = method
 
 
 def _quoted(text: Any, limit: int = _NOTE_LIMIT) -> str:

@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from reflection._json import dumps, parse_json
+from reflection.errors import UnreadableReply
 
 __all__ = ["RepairedObject", "UnreadableReply", "read_json", "reply_text"]
 
@@ -25,10 +26,6 @@ _THINK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
 _THINK_END = re.compile(r"</(?:think|thinking|reasoning)>", re.I)
 _FENCE = re.compile(r"```[ \t]*[A-Za-z0-9_-]*[ \t]*\r?\n?(.*?)```", re.S)
 _MAX_OBJECTS = 16  # objects looked at in prose; bounds the work on a pathological reply
-
-
-class UnreadableReply(ValueError):
-    """The message holds no JSON object we can read with certainty."""
 
 
 class RepairedObject(dict):

@@ -3,8 +3,9 @@
 Any OpenAI-compatible Chat Completions endpoint (OpenAI, Azure, vLLM, Ollama, llama.cpp,
 LiteLLM). The library owns the `httpx.AsyncClient` (pool limits; tests inject their own or
 mock it with respx) and posts each Chat Completions request on it directly, reading only
-the fields it uses; HTTP failures become the `openai` SDK's exception types, and tenacity
-does the retries. Structured output is negotiated once per endpoint: `json_schema`
+the fields it uses; HTTP failures become the judge's own errors (`JudgeTimeout`,
+`JudgeConnectionError`, `JudgeStatusError` in `reflection.errors`), and tenacity does the
+retries. Structured output is negotiated once per endpoint: `json_schema`
 (strict), then `json_object`, then prompt-only JSON.
 
 Every request is bounded: an overall deadline of `timeout` seconds for the whole exchange
@@ -18,7 +19,6 @@ log line, output row or cache entry can carry it. 401, 403, 404 and a refused co
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import ipaddress
 import logging
@@ -27,8 +27,7 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import anyio
 import httpx
@@ -37,18 +36,25 @@ import sniffio
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from reflection import telemetry
-from reflection._http import judge_http_client
 from reflection._json import dumps
-# Defined apart so that config, the CLI and static-only use never import httpx or tenacity.
-from reflection._judge_config import JudgeConfig, JudgeError, JudgeFatalError, Price
-from reflection._prices import TablePrice, configured_cost
-from reflection._reply import UnreadableReply, read_json, reply_text
+from reflection.errors import (
+    InvalidReply,
+    JudgeConnectionError,
+    JudgeError,
+    JudgeFatalError,
+    JudgeRequestError,
+    JudgeStatusError,
+    JudgeTimeout,
+    UnreadableReply,
+)
+from reflection.judge.cache import JudgeCache, MemoryJudgeCache
+from reflection.judge.config import JudgeConfig
+from reflection.judge.prices import TablePrice, configured_cost
+from reflection.judge.reply import read_json, reply_text
+from reflection.judge.transport import judge_http_client
 from reflection.model import JudgeUsage
 
-if TYPE_CHECKING:
-    import openai
-
-__all__ = ["Judge", "JudgeAnswer", "JudgeCache", "JudgeConfig", "JudgeError", "JudgeFatalError", "Price", "InvalidReply"]
+__all__ = ["Judge", "JudgeAnswer", "build_judge", "request_key", "reraise_fatal"]
 
 logger = logging.getLogger("reflection.judge")
 
@@ -56,7 +62,7 @@ T = TypeVar("T")
 StructuredMode = Literal["json_schema", "json_object", "prompt"]
 
 
-def _reraise_fatal(group: BaseExceptionGroup) -> None:
+def reraise_fatal(group: BaseExceptionGroup) -> None:
     """Raise the first `JudgeFatalError` in a task group's exception group, unwrapped, so
     callers see the same exception whether one request failed or several ran at once."""
     fatal, _ = group.split(JudgeFatalError)
@@ -71,10 +77,6 @@ class _Unanswerable(Exception):
     """A reply that asking again the same way cannot fix (truncated twice, too large)."""
 
 
-class InvalidReply(Exception):
-    """A reply that was not JSON or failed validation; the judge is re-asked with the error."""
-
-
 @dataclass(frozen=True)
 class JudgeAnswer(Generic[T]):
     """A validated reply and what it cost (summed over retries)."""
@@ -84,58 +86,25 @@ class JudgeAnswer(Generic[T]):
     cached: bool = False
 
 
-class JudgeCache(Protocol):
-    """Stores raw validated replies keyed by request content (see `reflection.batch`)."""
-
-    async def get(self, key: str) -> Any | None: ...
-
-    async def put(self, key: str, value: Any) -> None: ...
-
-
-@functools.cache
-def _sdk() -> ModuleType:
-    """The `openai` SDK, for its exception types only. Importing it takes ~0.7 s (most of
-    `import reflection`), so it waits until a `Judge` is built: static-only use never pays it,
-    and a judge's first error never stalls the event loop on an import."""
-    import openai
-
-    return openai
-
-
 # One negotiated structured-output mode per endpoint (base_url, model), shared by all judges.
 _ENDPOINT_MODES: dict[tuple[str, str], StructuredMode] = {}
 _FALLBACK: dict[StructuredMode, StructuredMode | None] = {"json_schema": "json_object", "json_object": "prompt", "prompt": None}
 
 
 def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, (_sdk().APITimeoutError, _sdk().APIConnectionError, InvalidReply)):
-        return True
-    if isinstance(exc, _sdk().APIStatusError):
-        return exc.status_code == 429 or exc.status_code == 408 or exc.status_code >= 500
-    return False
+    """A timeout, a broken connection, HTTP 408, 429 or 5xx, or an invalid reply: asked again."""
+    if isinstance(exc, JudgeRequestError):
+        return exc.retryable
+    return isinstance(exc, InvalidReply)
 
 
 def _retry_after(exc: BaseException | None) -> float | None:
-    if not isinstance(exc, _sdk().APIStatusError):
-        return None
-    value = exc.response.headers.get("retry-after")
-    if value is None:
+    if not isinstance(exc, JudgeStatusError) or exc.retry_after is None:
         return None
     try:
-        return max(0.0, float(value))
+        return max(0.0, float(exc.retry_after))
     except ValueError:
         return None
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, _sdk().APIStatusError):
-        message = _server_message(exc.body)
-        return f"HTTP {exc.status_code} from the judge endpoint" + (f": {message}" if message else "")
-    if isinstance(exc, _sdk().APITimeoutError):
-        return "the judge request timed out"
-    if isinstance(exc, _sdk().APIConnectionError):
-        return "could not connect to the judge endpoint"
-    return str(exc)
 
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]+")
@@ -201,9 +170,12 @@ _MAX_TOKENS = 10_000_000
 """More tokens than this in one completion is not a real count (no model's context is that large)."""
 
 
-def _error_text(exc: Any) -> str:
-    body = getattr(exc, "body", None)
-    return (dumps(body) if body is not None and not isinstance(body, str) else str(body or "")).lower() + " " + str(exc).lower()
+def _error_text(exc: JudgeStatusError) -> str:
+    """What a 400/422 said, lower-cased, to look for what it was about: the error as JSON, then
+    as the line `Error code: <status> - <error>` (Python's printing of it), read as before."""
+    body = exc.body
+    text = dumps(body) if body is not None and not isinstance(body, str) else str(body or "")
+    return f"{text} error code: {exc.status} - {body}".lower()
 
 
 class Judge:
@@ -220,7 +192,6 @@ class Judge:
         if http_client is not None and not isinstance(http_client, httpx.AsyncClient):
             raise TypeError(f"http_client must be an httpx.AsyncClient, got {type(http_client).__module__}."
                             f"{type(http_client).__qualname__}")
-        _sdk()  # now, not at the first error
         self.config = config
         self.cache = cache
         self._owns_client = http_client is None
@@ -337,8 +308,8 @@ class Judge:
                     except Exception as exc:  # noqa: BLE001 - any validation failure is re-asked
                         self._reask(conversation, str(exc))
                         raise InvalidReply(f"the judge reply failed validation: {exc}") from None
-        except (_sdk().APIError, InvalidReply, _Unanswerable) as exc:
-            raise JudgeError(f"{_describe(exc)} (after {totals['requests']} request(s))", self._usage(totals)) from exc
+        except (JudgeRequestError, InvalidReply, _Unanswerable) as exc:
+            raise JudgeError(f"{exc} (after {totals['requests']} request(s))", self._usage(totals)) from exc
         if self.cache is not None and cache_key is not None:
             await self.cache.put(cache_key, data)
         return JudgeAnswer(value, self._usage(totals))
@@ -374,7 +345,7 @@ class Judge:
             self._warned.add(topic)
             logger.warning("%s", message)
 
-    def _downgrade(self, mode: StructuredMode, exc: BaseException) -> None:
+    def _downgrade(self, mode: StructuredMode, exc: JudgeStatusError) -> None:
         """Remember a lower structured-output mode for this endpoint; log it once, with the server's reason."""
         order = ("json_schema", "json_object", "prompt")
         current = self.structured_mode
@@ -383,14 +354,14 @@ class Judge:
         _ENDPOINT_MODES[(self.config.base_url, self.config.model)] = mode
         logger.warning("judge %s (model %s): structured output %s was refused (%s); using %s from now on",
                        _shown_url(self._url), _plain(self.config.model, 100), current,
-                       _describe(exc), "prompt-only JSON" if mode == "prompt" else mode)
+                       exc, "prompt-only JSON" if mode == "prompt" else mode)
 
     async def _request(
         self, conversation: list[dict[str, str]], schema: dict[str, Any], schema_name: str, totals: dict[str, int]
     ) -> str:
         mode = self.structured_mode
         budget = self.config.max_completion_tokens
-        probing: BaseException | None = None  # a 400/422 of unclear cause: is a lower mode accepted?
+        probing: JudgeStatusError | None = None  # a 400/422 of unclear cause: is a lower mode accepted?
         while True:
             body: dict[str, Any] = {
                 "model": self.config.model,
@@ -409,7 +380,9 @@ class Judge:
             totals["prompt_chars"] += sum(len(m["content"]) for m in conversation)
             try:
                 completion = await self._post_limited(body)
-            except (_sdk().BadRequestError, _sdk().UnprocessableEntityError) as exc:
+            except JudgeStatusError as exc:
+                if exc.status not in _ABOUT_THE_REQUEST:
+                    raise
                 fallback = _FALLBACK[mode]
                 text = _error_text(exc)
                 if self.config.structured_output != "auto" or fallback is None or any(p in text for p in _ABOUT_CONTEXT):
@@ -459,13 +432,12 @@ class Judge:
             limiter.release()
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        """POST one Chat Completions request; the decoded completion, or the SDK's exception.
+        """POST one Chat Completions request; the decoded completion, or the judge's own error
+        (`JudgeTimeout`, `JudgeConnectionError`, `JudgeStatusError`, `JudgeFatalError`).
 
         The request goes straight through our httpx client (its headers, auth and transport
-        apply, so respx and injected transports see it) instead of through the SDK's request
-        machinery, which costs about a millisecond of CPU per request; errors are mapped onto
-        the SDK's exception types, so retries and callers see what the SDK would raise.
-        The whole exchange has one deadline (`timeout`) and a bounded body (`max_response_bytes`).
+        apply, so respx and injected transports see it). The whole exchange has one deadline
+        (`timeout`) and a bounded body (`max_response_bytes`).
         """
         if self._first_request:
             self._first_request = False
@@ -482,11 +454,11 @@ class Judge:
                 with anyio.fail_after(self.config.timeout):
                     response, content = await self._exchange(request)
         except (TimeoutError, httpx.TimeoutException) as exc:
-            raise _sdk().APITimeoutError(request=request) from exc  # type: ignore[arg-type]
+            raise JudgeTimeout() from exc
         except httpx.RequestError as exc:
             if _refused(exc):
                 raise JudgeFatalError(_shown_url(self._url), f"connection refused ({_plain(str(exc))})") from exc
-            raise _sdk().APIConnectionError(message=f"Connection error: {exc}", request=request) from exc  # type: ignore[arg-type]
+            raise JudgeConnectionError(f"Connection error: {exc}") from exc
         for secret in self._secrets:
             if secret in content:
                 content = content.replace(secret, b"[redacted]")
@@ -498,8 +470,8 @@ class Judge:
             error = _status_error(response, data, content)
             if response.status_code in _FATAL_STATUSES:
                 key = f" ({self._key_source()})" if response.status_code in (401, 403) else ""
-                raise JudgeFatalError(_shown_url(self._url), f"HTTP {response.status_code}: {_server_message(error.body)}{key}",
-                                      status=response.status_code, server_message=_server_message(error.body)) from error
+                raise JudgeFatalError(_shown_url(self._url), f"HTTP {response.status_code}: {error.message}{key}",
+                                      status=response.status_code, server_message=error.message) from error
             raise error
         if not isinstance(data, dict):
             raise InvalidReply(f"the judge endpoint sent HTTP {response.status_code} without a JSON chat completion")
@@ -568,30 +540,44 @@ def _finish_reason(completion: dict[str, Any]) -> Any:
 _REASK_NOTE = "Your previous reply was invalid: "
 
 
-def _status_error(response: httpx.Response, data: Any, content: bytes) -> openai.APIStatusError:
-    """The SDK's exception for an HTTP error status (its own status-to-class mapping)."""
+def _status_error(response: httpx.Response, data: Any, content: bytes) -> JudgeStatusError:
+    """The judge's error for an HTTP error status: the body's `error` member (else the body)."""
     text = content.decode("utf-8", "replace")
     body = data.get("error", data) if isinstance(data, dict) else (data if data is not None else text)
-    sdk = _sdk()
-    name = _STATUS_ERRORS.get(response.status_code)
-    cls = getattr(sdk, name) if name else sdk.InternalServerError if response.status_code >= 500 else sdk.APIStatusError
-    return cls(f"Error code: {response.status_code} - {body}", response=response, body=body)  # type: ignore[arg-type]
+    return JudgeStatusError(response.status_code, body, _server_message(body), response.headers.get("retry-after"))
 
 
 _FATAL_STATUSES = frozenset({401, 403, 404})
 """A bad key, no permission, an unknown model or a wrong path: no request to the endpoint can succeed."""
 
-_STATUS_ERRORS: dict[int, str] = {
-    400: "BadRequestError",
-    401: "AuthenticationError",
-    403: "PermissionDeniedError",
-    404: "NotFoundError",
-    409: "ConflictError",
-    422: "UnprocessableEntityError",
-    429: "RateLimitError",
-}
+_ABOUT_THE_REQUEST = frozenset({400, 422})
+"""A bad request or an unprocessable one: perhaps the structured-output mode, perhaps the prompt's size."""
 
 
+def build_judge(
+    config: JudgeConfig,
+    *,
+    http_client: httpx.AsyncClient | None = None,
+    cache: JudgeCache | None = None,
+    memory_cache: int = 0,
+    max_concurrency: int | None = None,
+) -> Judge:
+    """The one way reflection builds a judge, for the pipeline, the gate, batch runs, Ray and
+    scoring alike.
+
+    `http_client`: the connections to use (default: the judge's own, sized to its concurrency);
+    `cache`: a reply cache (`SQLiteJudgeCache` for batch runs); `memory_cache`: instead, an
+    in-memory cache of that many replies (a gate's `cache_size`; 0 for none);
+    `max_concurrency`: overrides `config.max_concurrency` (a batch's concurrency is its judge's:
+    the limiter and the connection pool are sized to it).
+    """
+    if cache is not None and memory_cache:
+        raise ValueError("give a judge either a cache or a memory_cache size, not both")
+    if memory_cache:
+        cache = MemoryJudgeCache(memory_cache)
+    if max_concurrency is not None:
+        config = config.model_copy(update={"max_concurrency": max_concurrency})
+    return Judge(config, http_client=http_client, cache=cache)
 
 
 def request_key(config: JudgeConfig, template_version: str, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ gives None: a cost nobody knows is `null` / "unknown", never $0.
 
 from __future__ import annotations
 
-from reflection._judge_config import Price
+from reflection.judge.config import Price
 
 __all__ = ["TablePrice", "configured_cost"]
 

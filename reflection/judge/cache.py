@@ -1,34 +1,82 @@
-"""The judge cache on disk: SQLite through aiosqlite, implementing `reflection.judge.JudgeCache`.
+"""Judge reply caches: what `JudgeCache` asks of one, `SQLiteJudgeCache` on disk (batch runs,
+SQLite through aiosqlite) and `MemoryJudgeCache` in memory (a gate answering live traffic).
 
 Keys come from `reflection.judge.request_key` (a hash of model, endpoint, prompt-template
 version, messages and reply schema); values are the judge's validated JSON replies. Only
 answers that passed validation are stored, so a failed request is asked again next time.
 
-The cache is an optimisation, so it never stops a run: when the file cannot be opened, read
-or written (a corrupt file, a full disk, no permission) it logs one warning naming the file
-and the cause, and from then on every lookup misses and nothing is stored.
+The SQLite cache is an optimisation, so it never stops a run: when the file cannot be opened,
+read or written (a corrupt file, a full disk, no permission) it logs one warning naming the
+file and the cause, and from then on every lookup misses and nothing is stored. aiosqlite is
+imported when such a cache first opens its file, so a gate's memory cache never loads it.
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-import aiosqlite
 import anyio
 
 from reflection._json import dumps, parse_json
+from reflection._lru import LRU
 
-__all__ = ["SQLiteJudgeCache"]
+if TYPE_CHECKING:
+    import aiosqlite
+
+__all__ = ["JudgeCache", "MemoryJudgeCache", "SQLiteJudgeCache"]
 
 logger = logging.getLogger("reflection.cache")
 
 _CORRUPT = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS judge_replies (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
+
+
+class JudgeCache(Protocol):
+    """Stores raw validated replies keyed by request content (see `reflection.batch`)."""
+
+    async def get(self, key: str) -> Any | None: ...
+
+    async def put(self, key: str, value: Any) -> None: ...
+
+
+class MemoryJudgeCache:
+    """Judge replies in memory, least recently used evicted past `max_entries`: for a gate
+    answering live traffic, where the same call and conversation often come back (retries,
+    re-asked turns). Keys as `SQLiteJudgeCache` (`reflection.judge.request_key`)."""
+
+    def __init__(self, max_entries: int = 1024):
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be at least 1, got {max_entries}")
+        self.max_entries = max_entries
+        self.hits = 0
+        self.misses = 0
+        self._replies = LRU(max_entries, static_stage=False)
+        # A gate's blocking path runs on its own thread and shares this cache.
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._replies)
+
+    async def get(self, key: str) -> Any | None:
+        """The stored reply for `key`, or None."""
+        with self._lock:
+            value = self._replies.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            return value
+
+    async def put(self, key: str, value: Any) -> None:
+        """Store a validated reply under `key`, evicting the least recently used past the bound."""
+        with self._lock:
+            self._replies.put(key, value)
 
 
 class SQLiteJudgeCache:
@@ -84,6 +132,8 @@ class SQLiteJudgeCache:
             self._opening = anyio.Lock()
         async with self._opening:
             if self._db is None:
+                import aiosqlite
+
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 # isolation_level=None: no implicit transactions; flush() opens its own.
                 db = await aiosqlite.connect(self.path, timeout=self.busy_timeout, isolation_level=None)

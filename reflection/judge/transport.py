@@ -1,4 +1,4 @@
-"""The judge's default HTTP client: many small connection pools instead of one big one.
+"""The judge's transport: its default HTTP client, many small connection pools instead of one big one.
 
 httpcore 1.0's pool does work quadratic in its size on every request and response
 (`_assign_requests_to_connections` counts idle connections once per idle connection and

@@ -1,7 +1,6 @@
-"""The judge's configuration models and errors, apart from the client so that
-`reflection.config`, the CLI's error handling and static-only use do not import httpx,
-tenacity or openai. `reflection.judge` re-exports them; import them from there (or from
-`reflection`)."""
+"""The judge's configuration models, apart from the client so that `reflection.config` and
+static-only use do not import httpx or tenacity. `reflection.judge` exports them; import them
+from there (or from `reflection`)."""
 
 from __future__ import annotations
 
@@ -10,9 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from reflection.model import JudgeUsage
-
-__all__ = ["JudgeConfig", "JudgeError", "JudgeFatalError", "Price"]
+__all__ = ["JudgeConfig", "Price"]
 
 
 class Price(BaseModel):
@@ -55,25 +52,3 @@ class JudgeConfig(BaseModel):
         if self.api_key is not None:
             return self.api_key.get_secret_value()
         return os.environ.get(self.api_key_env) or "not-needed"
-
-
-class JudgeError(Exception):
-    """The judge could not give a valid answer within the allowed attempts."""
-
-    def __init__(self, reason: str, usage: JudgeUsage | None = None):
-        super().__init__(reason)
-        self.reason = reason
-        self.usage = usage or JudgeUsage()
-
-
-class JudgeFatalError(Exception):
-    """The judge endpoint cannot answer any request: HTTP 401 (bad key), 403 (no permission),
-    404 (unknown model or wrong path), or a refused connection. Not a problem of one row, so
-    it is never turned into an error row: `reflection check`, `batch` and `score` stop on it.
-    `str()` is one line: `judge <url>: HTTP <status>: <server message>`."""
-
-    def __init__(self, url: str, problem: str, *, status: int | None = None, server_message: str = ""):
-        super().__init__(f"judge {url}: {problem}")
-        self.url = url
-        self.status = status
-        self.server_message = server_message
