@@ -15,8 +15,8 @@ import pytest
 import reflection
 
 ROOT = [
-    "CheckResult", "Decision", "Finding", "Gate", "GatePolicy", "History", "Judge", "JudgeConfig", "JudgeError",
-    "JudgeFatalError", "Message", "Price", "ReflectionConfig", "ReflectionResult", "Reflector", "SEMANTIC_CHECKS",
+    "CheckResult", "ConfigError", "Decision", "Finding", "Gate", "GatePolicy", "History", "Judge", "JudgeConfig", "JudgeError",
+    "JudgeFatalError", "LabelError", "Message", "NotAResultRow", "OutputCorrupt", "OutputLocked", "Price", "ReflectionConfig", "ReflectionError", "ReflectionResult", "Reflector", "RowError", "RowProblem", "SEMANTIC_CHECKS",
     "STATIC_CHECKS", "ScoreWeights", "SemanticCheckResult", "ServiceConfig", "StaticResult", "ToolCall",
     "ToolCallingEvaluator", "ToolInventory", "ToolRule", "ToolSpec", "UpstreamConfig", "atrajectory_correctness",
     "binary_tool_call", "check_call", "check_calls", "evaluate_tool_calls", "exact_match", "meteor",
