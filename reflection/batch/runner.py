@@ -29,8 +29,9 @@ from reflection.batch._workers import (
 )
 from reflection.batch.inputs import SourceRow, check_input, count_rows, detect_format, jsonl_lines, read_source
 from reflection.config import ReflectionConfig
-from reflection.pipeline import Reflector, _reflect_plain
-from reflection.rows import InputRow, Line, RowError, error_row, line_of, plain_row, read_row, result_row, row_id
+from reflection.pipeline import Reflector, reflect_plain
+from reflection.results import output_row
+from reflection.rows import InputRow, Line, RowError, error_row, line_of, read_row, result_row, row_id
 
 if TYPE_CHECKING:  # the judge, its SQLite cache and rich's progress load only when a run uses them
     from reflection._cache import SQLiteJudgeCache
@@ -167,16 +168,16 @@ async def _reflect_row(reflector: Reflector, row: InputRow, flat: bool = False) 
 def static_line(item: InputRow | dict[str, Any], flat: bool = False) -> Line:
     """The output line of a prepared row (an error row is written as it is) with static checks
     and grounding only: the row `_reflect_row` gives with no judge, byte for byte (latency
-    aside), built from plain data (`pipeline._reflect_plain`, `rows.plain_row`) without the
+    aside), built from plain data (`pipeline.reflect_plain`, `results.output_row`) without the
     result models: what `reflection check` and `reflection batch` write when no judge runs."""
     if isinstance(item, dict):
         return line_of(item)
     started = time.perf_counter()
     try:
-        results = _reflect_plain(item.call, item.tools, item.history, grounding=not flat)
+        results = reflect_plain(item.call, item.tools, item.history, grounding=not flat)
     except (TypeError, ValueError) as exc:
         return line_of(_unreflectable(item.id, exc))
-    return line_of(plain_row(item.id, results, latency_ms=(time.perf_counter() - started) * 1000, flat_only=flat))
+    return line_of(output_row(item.id, results, latency_ms=(time.perf_counter() - started) * 1000, flat_only=flat))
 
 
 def _unreflectable(rid: str, exc: TypeError | ValueError) -> dict[str, Any]:
