@@ -11,15 +11,15 @@ clock (`time.thread_time_ns`, about 0.2 us a read, 2 us a row in all):
 
 - read: `inputs.jsonl_row` (the row split, its members parsed, the tool list left as text),
   `rows.row_id` and the `InputRow`;
-- normalise tools: `formats.normalize_tools` and `static._prepare` (schemas compiled the first
+- normalise tools: `formats.normalize_tools` and `static.prepare` (schemas compiled the first
   time a tool list is seen);
 - normalise call: `formats.normalize_calls`;
 - history: `formats.normalize_history`;
 - checks: `static._evaluate` (the validators and the classification of their errors);
-- findings and corrections: the rest of `static._check_data` (a failing call's findings, the
+- findings and corrections: the rest of `static.check_call_data` (a failing call's findings, the
   corrected call and its re-check);
-- grounding: `grounding._ground_data`;
-- row: the result dicts and `rows.plain_row`;
+- grounding: `grounding.ground`;
+- row: the result dicts and `results.output_row`;
 - write: `rows.line_of` (JSON) and `OutputFile.write_line`.
 
 Each row's line is compared with what `runner.static_line` writes for it (latency aside), so the
@@ -51,23 +51,23 @@ def main() -> None:
     from reflection.batch._output import OutputFile
     from reflection.batch.inputs import jsonl_lines, jsonl_row
     from reflection.batch.runner import static_line
-    from reflection.formats import (
-        is_parallel,
-        normalize_calls,
-        normalize_history,
-        normalize_tools,
-    )
-    from reflection.grounding import _ground_data
-    from reflection.model import _ZERO_USAGE
+    from reflection.formats import normalize_calls, normalize_history, normalize_tools
     from reflection.pipeline import _NO_HISTORY, _NO_SEMANTIC, NO_JUDGE
-    from reflection.rows import InputRow, line_of, plain_row, read_row, row_id
-    from reflection.static import (
-        _ALL_PASS_DATA,
-        MAX_FINDINGS,
-        _evaluate,
-        _omitted,
-        _prepare,
-    )
+    from reflection.rows import InputRow, line_of, read_row, row_id
+    from reflection.static import MAX_FINDINGS, _evaluate, _omitted
+
+    try:
+        from reflection.formats import is_parallel
+        from reflection.grounding import ground
+        from reflection.results import ALL_PASSED, ZERO_USAGE, output_row
+        from reflection.static import prepare
+    except ImportError:  # a checkout from before issue 23 (bench_static.py --baseline, or PYTHONPATH)
+        from reflection.grounding import _ground_data as ground
+        from reflection.model import _ZERO_USAGE as ZERO_USAGE
+        from reflection.pipeline import _is_parallel as is_parallel
+        from reflection.rows import plain_row as output_row
+        from reflection.static import _ALL_PASS_DATA as ALL_PASSED
+        from reflection.static import _prepare as prepare
 
     try:  # the collector as a run sets it (a checkout from before issue 26 leaves it alone)
         from reflection.batch._workers import STATIC_GC_THRESHOLD
@@ -99,7 +99,7 @@ def main() -> None:
                 continue
             t1 = clock()
             spent["read"] = t1 - t0
-            # pipeline._reflect_plain, step by step
+            # pipeline.reflect_plain, step by step
             calls = normalize_calls(row.call)
             t2 = clock()
             inventory = normalize_tools(row.tools)
@@ -113,17 +113,17 @@ def main() -> None:
             results = []
             for one in calls if parallel else calls[:1]:
                 t0 = clock()
-                prepared = _prepare(inventory)
+                prepared = prepare(inventory)
                 t1 = clock()
-                failures, warnings = _evaluate(one, prepared)  # static._check_data from here
+                failures, warnings = _evaluate(one, prepared)  # static.check_call_data from here
                 t2 = clock()
                 if not failures:
-                    static: dict[str, Any] = {"call": one, "checks": _ALL_PASS_DATA, "warnings": warnings,
+                    static: dict[str, Any] = {"call": one, "checks": ALL_PASSED, "warnings": warnings,
                                               "correction": None, "correction_notes": (), "valid": True}
                 else:
                     correction, notes = suggest_correction(
                         one, failures, lambda c, prepared=prepared: _evaluate(c, prepared)[0])
-                    checks = dict(_ALL_PASS_DATA)
+                    checks = dict(ALL_PASSED)
                     for name, issues in failures.items():
                         findings = [issue.finding() for issue in issues[:MAX_FINDINGS]]
                         if len(issues) > MAX_FINDINGS:
@@ -135,10 +135,10 @@ def main() -> None:
                 grounded: list[dict[str, Any]] = []
                 if grounding and one.error is None:
                     tool = prepared.tools.get(one.name)
-                    grounded = _ground_data(one, conversation, tool[0] if tool is not None else None)
+                    grounded = ground(one, conversation, tool[0] if tool is not None else None)
                 t4 = clock()
                 results.append({"call": one, "static": static, "grounding": grounded, "semantic": _NO_SEMANTIC,
-                                "judge_skipped": NO_JUDGE, "overall_valid": static["valid"], "usage": _ZERO_USAGE,
+                                "judge_skipped": NO_JUDGE, "overall_valid": static["valid"], "usage": ZERO_USAGE,
                                 "warnings": static["warnings"] + conversation.problems})
                 t5 = clock()
                 spent["normalise tools"] += t1 - t0
@@ -147,7 +147,7 @@ def main() -> None:
                 spent["grounding"] += t4 - t3
                 spent["row"] += t5 - t4
             t0 = clock()
-            output = plain_row(rid, results if parallel else results[0], latency_ms=0.0, flat_only=flat)
+            output = output_row(rid, results if parallel else results[0], latency_ms=0.0, flat_only=flat)
             t1 = clock()
             summary, line = line_of(output)
             out.write_line(line)

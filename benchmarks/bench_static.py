@@ -57,7 +57,12 @@ import orjson
 
 from reflection.batch._workers import default_workers
 from reflection.rows import parse_line, read_row
-from reflection.static import _calls_of, _check, _inventory_of, _prepare, check_call
+from reflection.static import _calls_of, _check, _inventory_of, check_call
+
+try:
+    from reflection.static import prepare
+except ImportError:  # a checkout from before issue 23 (PYTHONPATH naming another checkout)
+    from reflection.static import _prepare as prepare
 
 # --- the tool pool ---------------------------------------------------------------------------
 
@@ -411,11 +416,11 @@ def _stages(lines: list[bytes], repeat: int) -> tuple[float, float, float]:
 
     def normalise(rows: list[Any]) -> tuple[int, int]:
         for row in rows:
-            _prepare(_inventory_of(row.tools))
+            prepare(_inventory_of(row.tools))
             _calls_of(row.call, "call")
         return 0, 0
 
-    checks = [(calls[0], _prepare(_inventory_of(row.tools)))
+    checks = [(calls[0], prepare(_inventory_of(row.tools)))
               for row in parsed if len(calls := _calls_of(row.call, "call")) == 1]
 
     def check(pairs: list[Any]) -> tuple[int, int]:

@@ -28,7 +28,7 @@ from typing import Any
 
 from reflection._json import dumps, json_type
 from reflection._lru import LRU
-from reflection.model import ToolCall, _trusted
+from reflection.model import ToolCall, trusted
 
 NAME_CUTOFF = 0.8
 """Minimum difflib similarity for a function-name suggestion."""
@@ -112,7 +112,7 @@ def _listed(notes: list[str]) -> list[str]:
 def _candidate(name: str, arguments: dict[str, Any], call: ToolCall) -> ToolCall:
     # `ToolCall(name=name, arguments=arguments, id=call.id)` without validation: the name is
     # the call's or a defined tool's, and the arguments a copy of the validated call's.
-    return _trusted(ToolCall, name=name, arguments=dict(arguments), id=call.id)
+    return trusted(ToolCall, name=name, arguments=dict(arguments), id=call.id)
 
 
 def _copy(value: Any) -> Any:

@@ -29,7 +29,7 @@ from reflection._json import (
 )
 from reflection._lru import LRU
 from reflection._own_words import strip_own_words
-from reflection.model import History, Message, SpecProblem, ToolCall, ToolInventory, ToolSpec, _trusted_from
+from reflection.model import History, Message, SpecProblem, ToolCall, ToolInventory, ToolSpec, trusted_from
 
 __all__ = ["normalize_tools", "normalize_call", "normalize_calls", "normalize_history"]
 
@@ -456,7 +456,7 @@ def _tool_call(shape: int, fields: dict[str, Any]) -> ToolCall:
         return ToolCall(**fields)
     if fields["arguments"] is not None:
         fields["arguments"] = dict(fields["arguments"])
-    return _trusted_from(ToolCall, fields)
+    return trusted_from(ToolCall, fields)
 
 
 def _read_arguments(raw_args: Any, shape: int) -> tuple[dict[str, Any] | None, str | None, str | None]:
@@ -628,7 +628,7 @@ def normalize_history(raw: Any) -> History:
                 if call.id:
                     tool_names[call.id] = call.name
             messages.append(message)
-    return _without_own_words(_trusted_from(History, {"messages": tuple(messages), "problems": tuple(problems)}))
+    return _without_own_words(trusted_from(History, {"messages": tuple(messages), "problems": tuple(problems)}))
 
 
 def _without_own_words(history: History) -> History:
@@ -647,7 +647,7 @@ def _without_own_words(history: History) -> History:
 
 
 def _plain_message(**fields: Any) -> Message:
-    return _trusted_from(Message, fields)
+    return trusted_from(Message, fields)
 
 
 def _message_problem(message: Message) -> str | None:

@@ -25,17 +25,10 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from reflection.model import (
-    History,
-    ToolCall,
-    ToolSpec,
-    ValueGrounding,
-    ValueSource,
-    _trusted,
-    _trusted_from,
-)
+from reflection.model import History, ToolCall, ToolSpec, ValueGrounding
+from reflection.results import GroundingData, SourceData
 
-__all__ = ["ground_call"]
+__all__ = ["ground", "ground_call"]
 
 _QUOTE_RADIUS = 40
 _MAX_VALUES = 64  # bound the work on huge argument objects
@@ -44,27 +37,18 @@ _MAX_VALUES = 64  # bound the work on huge argument objects
 def ground_call(call: ToolCall, history: History, spec: ToolSpec | None) -> tuple[ValueGrounding, ...]:
     """Provenance of every leaf argument value of `call` (in argument order, the first
     `_MAX_VALUES`)."""
-    return _groundings(_ground_data(call, history, spec))
+    return tuple(ValueGrounding.from_data(item) for item in ground(call, history, spec))
 
 
-def _groundings(data: list[dict[str, Any]]) -> tuple[ValueGrounding, ...]:
-    """The models of `_ground_data`'s plain data (the Python API's sink)."""
-    # Every field of the data is already the exact type validation returns: no re-validation.
-    return tuple(_trusted(ValueGrounding, path=item["path"], value=item["value"],
-                          sources=tuple(_trusted_from(ValueSource, source) for source in item["sources"]))
-                 for item in data)
-
-
-def _ground_data(call: ToolCall, history: History, spec: ToolSpec | None) -> list[dict[str, Any]]:
-    """`ground_call` as plain data, the core both sinks share: per value, `ValueGrounding`'s
-    fields in order as `model_dump(mode="json")` gives them (`grounded` included), each
-    source `ValueSource`'s. The CLI writes it as it is; `ground_call` builds the models."""
+def ground(call: ToolCall, history: History, spec: ToolSpec | None) -> list[GroundingData]:
+    """`ground_call` as plain data (`results.GroundingData`, one per value): what the CLI
+    writes as it is, and what `ValueGrounding.from_data` builds the models of."""
     if not call.arguments:
         return []
     conversation = _Conversation(history)
     schema = spec.parameters if spec is not None else None
     enums: dict[int, frozenset[Any]] = {}
-    out = []
+    out: list[GroundingData] = []
     for path, value, schema_path in _leaves(call.arguments):
         if type(value) is str:  # the usual leaf, with one text form
             needle = " ".join(value.split()).lower()
@@ -146,17 +130,17 @@ class _Conversation:
                 offset += len(text) + 1
             counters[kind] += 1
         self.text = "\n".join(texts)
-        self._found: dict[Any, list[dict[str, Any]]] = {}
+        self._found: dict[Any, list[SourceData]] = {}
         self._marked: tuple[str, list[int]] | None = None
         self._runs: tuple[list[int], list[int]] = ([], [])
 
-    def sources(self, needle: str) -> list[dict[str, Any]]:
+    def sources(self, needle: str) -> list[SourceData]:
         """One source per message holding `needle` (its first occurrence there), in order."""
         known = self._found.get(needle)
         if known is not None:
             return list(known)
         text = self.text
-        out: list[dict[str, Any]] = []
+        out: list[SourceData] = []
         position = 0
         if not (needle[0].isalnum() and needle[-1].isalnum()):  # no token edges to respect
             while (start := text.find(needle, position)) >= 0:
@@ -176,7 +160,7 @@ class _Conversation:
         self._found[needle] = out
         return list(out)
 
-    def number_sources(self, value: float) -> list[dict[str, Any]] | None:
+    def number_sources(self, value: float) -> list[SourceData] | None:
         """One source per message writing the number `value` (its first occurrence there, in
         any of the forms `_number_forms` allows), in order; None when `value` is not read as
         a number (not finite, or too long: then it is looked for as text)."""
@@ -212,16 +196,16 @@ class _Conversation:
                             found[number] = (span["start"], span["end"])
                     break
                 position = self._run_end(start + 1)  # past the digits (or the minus and its digits)
-        out: list[dict[str, Any]] = []
+        out: list[SourceData] = []
         for number in sorted(found) if len(found) > 1 else found:
             self._add(out, *found[number])
         self._found[key] = out
         return list(out)
 
-    def _number_sources(self, form: _Form) -> list[dict[str, Any]]:
+    def _number_sources(self, form: _Form) -> list[SourceData]:
         """`number_sources` for a number with one form."""
         text = self.text
-        out: list[dict[str, Any]] = []
+        out: list[SourceData] = []
         position = 0
         misses = 0
         while (start := text.find(form.literal, position)) >= 0:
@@ -235,7 +219,7 @@ class _Conversation:
             position = self._run_end(start + 1)
         return out
 
-    def _add(self, out: list[dict[str, Any]], start: int, end: int) -> int:
+    def _add(self, out: list[SourceData], start: int, end: int) -> int:
         """Append the source of the match text[start:end]; the position where the next message starts."""
         number = bisect_right(self.starts, start) - 1
         lo = self.starts[number]
@@ -468,7 +452,7 @@ def _quote(text: str, lo: int, hi: int, start: int, end: int) -> str:
 
 
 def _spec_sources(schema: dict[str, Any], schema_path: tuple[str, ...], value: Any,
-                  enums: dict[int, frozenset[Any]]) -> list[dict[str, Any]]:
+                  enums: dict[int, frozenset[Any]]) -> list[SourceData]:
     """Where the spec names `value`: as the default or an enum member (`enums` caches each
     enum's members by the list's identity, for the other values of the same call)."""
     node: Any = schema

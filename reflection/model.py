@@ -2,6 +2,8 @@
 
 Small immutable pydantic models with no behaviour beyond validation and serialisation.
 Foreign shapes (OpenAI, Anthropic, MCP, BFCL, ...) are turned into these by `reflection.formats`.
+The results' plain data, their flat keys and output rows are `reflection.results`: the checker
+makes that data, and the result models here are built from it (`from_data`).
 """
 
 from __future__ import annotations
@@ -10,39 +12,31 @@ import functools
 import re
 import unicodedata
 from collections.abc import Iterable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from reflection._json import dumps
 from reflection._own_words import FEEDBACK_HEADERS
-
-STATIC_CHECKS: tuple[str, ...] = (
-    "non_existent_function",
-    "non_existent_parameter",
-    "incorrect_parameter_type",
-    "missing_required_parameter",
-    "allowed_values_violation",
-    "json_schema_violation",
-    "empty_api_spec",
-    "invalid_api_spec",
-    "invalid_tool_call",
+from reflection.results import (  # the check names are the contract's; here for the models' users
+    CHECK_PASSED,
+    SEMANTIC_CATEGORIES,
+    SEMANTIC_CHECKS,
+    STATIC_CHECKS,
+    GroundingData,
+    ResultData,
+    StaticData,
+    UsageData,
+    flat_keys,
+    total_usage,
 )
-"""The nine static checks, in report order. Names are part of the public contract."""
 
-SEMANTIC_CHECKS: tuple[str, ...] = (
-    "general_hallucination_check",
-    "general_value_format_alignment",
-    "function_selection_appropriateness",
-    "agentic_constraints_satisfaction",
-)
-"""The four judge checks. Names are part of the public contract."""
-
-SEMANTIC_CATEGORIES: dict[str, tuple[str, ...]] = {
-    "general": ("general_hallucination_check", "general_value_format_alignment"),
-    "function_selection": ("function_selection_appropriateness", "agentic_constraints_satisfaction"),
-}
-"""Category name -> its checks; each category has a `semantic_avg_score_<category>` flat key."""
+__all__ = [
+    "SEMANTIC_CATEGORIES", "SEMANTIC_CHECKS", "STATIC_CHECKS", "CheckReply", "CheckResult", "Finding", "History",
+    "JudgeUsage", "Message", "PASSED", "ReflectionResult", "SemanticCheckResult", "SemanticCorrection", "SemanticStatus",
+    "SpecFormat", "SpecProblem", "StaticResult", "ToolCall", "ToolInventory", "ToolSpec", "ValueGrounding", "ValueSource",
+    "ValueSourceKind", "plain_text", "quoted", "trusted", "trusted_from",
+]
 
 SpecFormat = Literal["openai", "function", "anthropic", "mcp", "parameter_list", "native"]
 
@@ -62,7 +56,7 @@ _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
-def _trusted(cls: type[_M], **values: Any) -> _M:
+def trusted(cls: type[_M], **values: Any) -> _M:
     """`cls(**values)` without running validation, for the checker's own hot path.
 
     Only for values that already are exactly what validation would return: builtin `str`
@@ -72,11 +66,11 @@ def _trusted(cls: type[_M], **values: Any) -> _M:
     `model_fields_set`, `model_dump`, equality), as pydantic's own `model_construct` makes
     it, at a fraction of the cost of either.
     """
-    return _trusted_from(cls, values)
+    return trusted_from(cls, values)
 
 
-def _trusted_from(cls: type[_M], values: dict[str, Any]) -> _M:
-    """`_trusted(cls, **values)` for a dict already built (not copied again)."""
+def trusted_from(cls: type[_M], values: dict[str, Any]) -> _M:
+    """`trusted(cls, **values)` for a dict already built (not copied again)."""
     try:
         defaults = _UNSET_FIELDS[cls]
     except KeyError:
@@ -193,8 +187,10 @@ class CheckResult(_Frozen):
     findings: tuple[Finding, ...] = ()
 
 
-_PASSED = CheckResult(passed=True)
-"""The passing check the static checker shares between results (they are immutable)."""
+PASSED = CheckResult(passed=True)
+"""The passing check the static results share (they are immutable)."""
+
+_ALL_PASSED: dict[str, CheckResult] = {name: PASSED for name in STATIC_CHECKS}  # results.ALL_PASSED as models
 
 
 class StaticResult(_Frozen):
@@ -214,9 +210,25 @@ class StaticResult(_Frozen):
         # Read once per row: a loop, not all(<generator>), and the shared passing check is
         # known by identity (reading a field of a pydantic model costs far more).
         for check in self.checks.values():
-            if check is not _PASSED and not check.passed:
+            if check is not PASSED and not check.passed:
                 return False
         return True
+
+    @classmethod
+    def from_data(cls, data: StaticData) -> StaticResult:
+        """The result of the checker's plain data (`static.check_call_data`), built without
+        validation: the data holds only the checker's own values (a validated call, exact
+        `str`, tuples, fresh dicts), so the models are those `StaticResult(...)` would build.
+        Data from anywhere else is validated instead (`StaticResult.model_validate`)."""
+        checks = dict(_ALL_PASSED)
+        if data["valid"]:
+            return trusted(cls, call=data["call"], checks=checks, warnings=data["warnings"])
+        for name, check in data["checks"].items():
+            if check is not CHECK_PASSED:
+                checks[name] = trusted(CheckResult, passed=check["passed"],
+                                       findings=tuple(trusted_from(Finding, f) for f in check["findings"]))
+        return trusted(cls, call=data["call"], checks=checks, warnings=data["warnings"],
+                       correction=data["correction"], correction_notes=data["correction_notes"])
 
     def findings(self) -> list[Finding]:
         """Every finding of every check, in check order."""
@@ -253,6 +265,19 @@ class SemanticCheckResult(_Frozen):
     read as 4`, `the suggested better_function is not one of the tools; dropped`)."""
 
 
+class CheckReply(NamedTuple):
+    """The judge's answer for one check, read locally (`semantic.read_check`): the score is an
+    integer 1-5; what had to be coerced or dropped to read the rest is listed in `notes`."""
+
+    score: int
+    explanation: str = ""
+    confidence: float | None = None
+    """None when the judge gave none (or none we could read)."""
+    evidence: tuple[str, ...] = ()
+    correction: SemanticCorrection | None = None
+    notes: tuple[str, ...] = ()
+
+
 ValueSourceKind = Literal["user", "assistant", "tool", "system", "default", "enum"]
 
 
@@ -281,6 +306,13 @@ class ValueGrounding(_Frozen):
         """True when the value was found somewhere."""
         return bool(self.sources)
 
+    @classmethod
+    def from_data(cls, data: GroundingData) -> ValueGrounding:
+        """The grounding of one value from the checker's plain data (`grounding.ground`),
+        built without validation (see `StaticResult.from_data`)."""
+        return trusted(cls, path=data["path"], value=data["value"],
+                       sources=tuple(trusted_from(ValueSource, source) for source in data["sources"]))
+
 
 class JudgeUsage(_Frozen):
     """Judge traffic for one reflection, summed over retries."""
@@ -296,16 +328,9 @@ class JudgeUsage(_Frozen):
 
     @classmethod
     def total(cls, usages: Iterable[JudgeUsage]) -> JudgeUsage:
-        """The field-by-field sum of `usages`; the cost is None when any part's cost is."""
-        items = list(usages)
-        sums: dict[str, Any] = {name: sum(getattr(u, name) for u in items) for name in cls.model_fields
-                                if name != "cost_usd"}
-        costs = [u.cost_usd for u in items]
-        return cls(**sums, cost_usd=None if None in costs else sum(costs))  # type: ignore[arg-type]
-
-
-_ZERO_USAGE: dict[str, Any] = JudgeUsage().model_dump()
-"""The usage of a reflection without a judge, as written (shared: never mutate it)."""
+        """The field-by-field sum of `usages` (`results.total_usage`); the cost is None when any part's cost is."""
+        data: list[UsageData] = [u.model_dump() for u in usages]  # type: ignore[misc]
+        return cls(**(total_usage(data) if data else {}))
 
 
 class ReflectionResult(_Frozen):
@@ -323,24 +348,18 @@ class ReflectionResult(_Frozen):
     warnings: tuple[str, ...] = ()
 
     def flat(self) -> dict[str, float]:
-        """Flat float keys, absent when not computed (see README: public contract)."""
-        out: dict[str, float] = {
-            f"static_{name}": 1.0 if self.static.checks[name].passed else 0.0 for name in STATIC_CHECKS
-        }
-        for category, names in SEMANTIC_CATEGORIES.items():
-            scores = []
-            for name in names:
-                check = self.semantic.get(name)
-                if check is None or check.score is None or check.status == "error":
-                    continue
-                value = (check.score - 1) / 4
-                out[f"semantic_{name}"] = value
-                scores.append(value)
-            if scores:
-                out[f"semantic_avg_score_{category}"] = sum(scores) / len(scores)
-        if self.overall_valid is not None:
-            out["overall_valid"] = 1.0 if self.overall_valid else 0.0
-        return out
+        """Flat float keys, absent when not computed (see README: public contract; `results.flat_keys`)."""
+        return flat_keys(self.flat_fields())
+
+    def flat_fields(self) -> ResultData:
+        """The part of this result its flat keys are computed from, as plain data:
+        `model_dump(mode="json", include=results.FLAT_FIELDS)`, built directly for a fraction
+        of the dump's cost."""
+        return {"static": {"checks": {name: {"passed": check.passed}  # type: ignore[typeddict-item]
+                                      for name, check in self.static.checks.items()}},
+                "semantic": {name: {"status": check.status, "score": check.score}  # type: ignore[typeddict-item]
+                             for name, check in self.semantic.items()},
+                "overall_valid": self.overall_valid}
 
     def feedback(self, max_chars: int = 2000, action: Literal["reflect", "deny", "escalate"] = "reflect") -> str | None:
         """Plain text an agent's model can act on, or None when the call is valid.
@@ -372,18 +391,18 @@ class ReflectionResult(_Frozen):
             if semantic is None or semantic.status == "passed":
                 continue
             if semantic.status == "failed":
-                lines.append(f"- {check} (score {semantic.score}/5): {_plain(semantic.explanation) or 'no explanation given'}")
+                lines.append(f"- {check} (score {semantic.score}/5): {plain_text(semantic.explanation) or 'no explanation given'}")
                 parameters = self._implicated(semantic)
                 if parameters:
                     lines.append(f"  parameters: {', '.join(parameters)}")
                 lines.extend(_correction_lines(semantic.correction))
             elif semantic.status == "uncertain":
                 lines.append(f"- {check} could not be confirmed (judge confidence {semantic.confidence}): "
-                             f"{_plain(semantic.explanation) or 'no explanation given'}")
+                             f"{plain_text(semantic.explanation) or 'no explanation given'}")
             elif semantic.status == "error":
-                lines.append(f"- {check} could not be checked: {_plain(semantic.error or 'the judge failed')}")
+                lines.append(f"- {check} could not be checked: {plain_text(semantic.error or 'the judge failed')}")
             elif semantic.status == "skipped":
-                lines.append(f"- {check} not assessed: {_plain(semantic.explanation) or 'not assessable here'}")
+                lines.append(f"- {check} not assessed: {plain_text(semantic.explanation) or 'not assessable here'}")
         correction = self.static.correction
         if correction is not None:
             lines.append(f"Suggested call (passes the static checks): {quoted(correction.name)} "
@@ -415,7 +434,7 @@ _NAME_TEXT = 120
 _PLAIN_PATH = re.compile(r"[\w$.\[\]-]*")
 
 
-def _plain(text: str, limit: int = _FEEDBACK_TEXT) -> str:
+def plain_text(text: str, limit: int = _FEEDBACK_TEXT) -> str:
     """Untrusted text as one plain line: control and format characters (escape sequences,
     bidi overrides, zero-width marks) removed, whitespace collapsed, length bounded."""
     cleaned = "".join(" " if unicodedata.category(ch)[0] in "CZ" else ch for ch in text)
@@ -426,7 +445,7 @@ def _plain(text: str, limit: int = _FEEDBACK_TEXT) -> str:
 def quoted(text: Any, limit: int = _NAME_TEXT) -> str:
     """A model- or tool-supplied name as one bounded, quoted plain string: it reads as data in
     feedback and notes, never as an instruction ("SYSTEM: ..." in a tool name stays inside its quotes)."""
-    return dumps(_plain(str(text), limit) or "(no name)")
+    return dumps(plain_text(str(text), limit) or "(no name)")
 
 
 def _path(path: str) -> str:
@@ -437,8 +456,8 @@ def _path(path: str) -> str:
 
 def _finding_text(finding: Finding) -> str:
     """A finding's message with its path quoted when the path carries unusual keys."""
-    message = _plain(finding.message)
-    plain_path = _plain(finding.path)
+    message = plain_text(finding.message)
+    plain_path = plain_text(finding.path)
     shown = _path(finding.path)
     if message.startswith(plain_path):
         return shown + message[len(plain_path):]
@@ -455,7 +474,7 @@ def _plain_value(value: Any) -> str:
         text = dumps(value)
     except (TypeError, ValueError):
         text = str(value)
-    return _plain(text)
+    return plain_text(text)
 
 
 def _correction_lines(correction: SemanticCorrection | None) -> list[str]:
@@ -467,5 +486,5 @@ def _correction_lines(correction: SemanticCorrection | None) -> list[str]:
     if correction.better_function:
         lines.append(f"  better tool: {quoted(correction.better_function)}")
     if correction.missing_prerequisite:
-        lines.append(f"  first: {_plain(correction.missing_prerequisite)}")
+        lines.append(f"  first: {plain_text(correction.missing_prerequisite)}")
     return lines

@@ -14,17 +14,19 @@ from reflection import telemetry
 from reflection.config import ReflectionConfig
 from reflection.formats import is_parallel as _is_parallel
 from reflection.formats import normalize_calls, normalize_history, normalize_tools
-from reflection.grounding import _ground_data, _groundings
+from reflection.grounding import ground
 from reflection.model import (
-    _ZERO_USAGE,
     History,
     JudgeUsage,
     ReflectionResult,
     SemanticCheckResult,
+    StaticResult,
     ToolCall,
     ToolInventory,
+    ValueGrounding,
 )
-from reflection.static import _check_data, _prepare, _static_result
+from reflection.results import ZERO_USAGE, CoreData, GroundingData, ResultData, SemanticData
+from reflection.static import check_call_data, prepare
 from reflection.verdict import judge_check, overall_valid
 
 if TYPE_CHECKING:  # the judge (httpx, tenacity, openai) loads only when a reflector has one
@@ -32,7 +34,7 @@ if TYPE_CHECKING:  # the judge (httpx, tenacity, openai) loads only when a refle
 
     from reflection.judge import Judge
 
-__all__ = ["Reflector", "reflect", "reflect_sync"]
+__all__ = ["Reflector", "core_data", "reflect", "reflect_plain", "reflect_sync"]
 
 NO_JUDGE = "no judge configured: static checks and grounding only"
 STATIC_FAILED = "the static stage failed (set continue_on_static to run the judge anyway)"
@@ -163,11 +165,12 @@ class Reflector:
             return result
 
     def _static_stage(self, call: ToolCall, inventory: ToolInventory, history: History) -> dict[str, Any]:
-        """The judge-free part of a reflection: static checks, grounding and warnings, as
-        `ReflectionResult` fields (the gate decides on them whether to ask the judge)."""
-        base = _static_data(call, inventory, history)
-        return {"call": call, "static": _static_result(base["static"]), "grounding": _groundings(base["grounding"]),
-                "warnings": base["warnings"]}
+        """The judge-free part of a reflection (`core_data`): static checks, grounding and
+        warnings, as `ReflectionResult` fields (the gate decides on them whether to ask the judge)."""
+        core = core_data(call, inventory, history)
+        return {"call": call, "static": StaticResult.from_data(core["static"]),
+                "grounding": tuple(ValueGrounding.from_data(item) for item in core["grounding"]),
+                "warnings": core["warnings"]}
 
     async def _semantic_stage(
         self, base: dict[str, Any], inventory: ToolInventory, history: History, siblings: tuple[ToolCall, ...]
@@ -222,40 +225,42 @@ def assessable(checks: tuple[str, ...], history: History) -> tuple[str, ...]:
     return tuple(name for name in checks if name not in NEEDS_CONVERSATION)
 
 
-def _static_data(call: ToolCall, inventory: ToolInventory, history: History, grounding: bool = True) -> dict[str, Any]:
-    """Static checks, grounding and warnings of one normalised call as plain data (`call`,
-    `static`: `static._check_data`, `grounding`: `grounding._ground_data`, `warnings`): the
-    core both the models (`Reflector`) and the CLI's rows (`_reflect_plain`) are built from."""
-    prepared = _prepare(inventory)
-    static = _check_data(call, prepared)
-    grounded: list[dict[str, Any]] = []
+def core_data(call: ToolCall, inventory: ToolInventory, history: History, grounding: bool = True) -> CoreData:
+    """The judge-free core of one normalised call's reflection as plain data
+    (`results.CoreData`): its static checks (`static.check_call_data`), grounding
+    (`grounding.ground`; left empty without `grounding`) and warnings. `Reflector` builds its
+    models from it, `reflect_plain` the CLI's rows."""
+    prepared = prepare(inventory)
+    static = check_call_data(call, prepared)
+    grounded: list[GroundingData] = []
     if grounding and call.error is None:
         tool = prepared.tools.get(call.name)
-        grounded = _ground_data(call, history, tool[0] if tool is not None else None)
+        grounded = ground(call, history, tool[0] if tool is not None else None)
     return {"call": call, "static": static, "grounding": grounded, "warnings": static["warnings"] + history.problems}
 
 
-_NO_SEMANTIC: dict[str, Any] = {}
+_NO_SEMANTIC: dict[str, SemanticData] = {}
 _NO_HISTORY = History()
 
 
-def _reflect_plain(call: Any, tools: Any, history: Any = None, *, grounding: bool = True) -> Any:
-    """What `Reflector().reflect(call, tools, history)` returns with no judge, as plain data:
-    each result as `ReflectionResult.model_dump(mode="json")` would give it, except that
-    calls stay `ToolCall` objects and constant parts are shared (data to serialise, never to
-    mutate; see `rows.plain_row`). One dict for one call, a list for several. Without
-    `grounding`, the grounding is left empty and the history is not read (flat rows need
-    neither). Raises as `Reflector.reflect` does for data the normalisers refuse."""
+def reflect_plain(call: Any, tools: Any, history: Any = None, *,
+                  grounding: bool = True) -> ResultData | list[ResultData]:
+    """What `Reflector().reflect(call, tools, history)` returns with no judge, as plain data
+    (`results.ResultData`, the checker's own: calls stay `ToolCall` objects and constant
+    parts are shared; data to write with `results.output_row` and `rows.line_of`, never to
+    mutate). One result for one call, a list for several. Without `grounding`, the grounding
+    is left empty and the history is not read (flat rows need neither). Raises as
+    `Reflector.reflect` does for data the normalisers refuse."""
     calls = normalize_calls(call)
     inventory = normalize_tools(tools)
     conversation = normalize_history(history) if grounding else _NO_HISTORY
     parallel = _is_parallel(call)
-    results = []
+    results: list[ResultData] = []
     for one in calls if parallel else calls[:1]:
-        base = _static_data(one, inventory, conversation, grounding)
-        results.append({"call": one, "static": base["static"], "grounding": base["grounding"], "semantic": _NO_SEMANTIC,
-                        "judge_skipped": NO_JUDGE, "overall_valid": base["static"]["valid"], "usage": _ZERO_USAGE,
-                        "warnings": base["warnings"]})
+        core = core_data(one, inventory, conversation, grounding)
+        results.append({"call": one, "static": core["static"], "grounding": core["grounding"], "semantic": _NO_SEMANTIC,
+                        "judge_skipped": NO_JUDGE, "overall_valid": core["static"]["valid"], "usage": ZERO_USAGE,
+                        "warnings": core["warnings"]})
     return results if parallel else results[0]
 
 

@@ -20,6 +20,7 @@ from reflection._resources import Template, load_template
 from reflection.judge import Judge, JudgeError, request_key, reraise_fatal
 from reflection.judge.reply import RepairedObject
 from reflection.model import (
+    CheckReply,
     History,
     JudgeUsage,
     Message,
@@ -38,19 +39,6 @@ _DESCRIPTION_LINE = 160
 
 # What a confidence word means, as a probability. Documented in the README's judge section.
 CONFIDENCE_WORDS: dict[str, float] = {"high": 0.9, "medium": 0.6, "low": 0.3}
-
-
-class CheckReply(NamedTuple):
-    """The judge's answer for one check, read locally: the score is an integer 1-5; what
-    had to be coerced or dropped to read the rest is listed in `notes`."""
-
-    score: int
-    explanation: str = ""
-    confidence: float | None = None
-    """None when the judge gave none (or none we could read)."""
-    evidence: tuple[str, ...] = ()
-    correction: SemanticCorrection | None = None
-    notes: tuple[str, ...] = ()
 
 
 _SCORE_TEXT = re.compile(r"\s*([1-5])(?:\.0*)?\s*")

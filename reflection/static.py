@@ -68,30 +68,14 @@ from reflection._json import (
     require_json_like,
     value_problem,
 )
-from reflection.formats import checked_call as _checked_call
-from reflection.formats import normalize_raw_calls as _read_calls
-from reflection.formats import normalize_tools
-from reflection.model import (
-    _PASSED,
-    STATIC_CHECKS,
-    CheckResult,
-    Finding,
-    SpecProblem,
-    StaticResult,
-    ToolCall,
-    ToolInventory,
-    ToolSpec,
-    _trusted,
-    _trusted_from,
-)
+from reflection.formats import checked_call, normalize_raw_calls, normalize_tools
+from reflection.model import SpecProblem, StaticResult, ToolCall, ToolInventory, ToolSpec
+from reflection.results import ALL_PASSED, FindingData, StaticData
 
-__all__ = ["check_call", "check_calls", "set_cache_size"]
+__all__ = ["Prepared", "check_call", "check_call_data", "check_calls", "prepare", "set_cache_size"]
 
 _GATING = ("invalid_tool_call", "empty_api_spec", "invalid_api_spec", "non_existent_function")
 _NOT_CHECKED = "Arguments not checked"
-
-
-_ALL_PASS: dict[str, CheckResult] = {name: _PASSED for name in STATIC_CHECKS}
 
 # Output stays proportional to the input: a finding repeats at most MAX_LISTED allowed values
 # or names (its message says how many there are), and a check lists at most MAX_FINDINGS
@@ -124,7 +108,7 @@ def check_call(call: Any, tools: Any) -> StaticResult:
     if len(calls) != 1:
         calls = [ToolCall(name="", error=f"got {len(calls)} tool calls but check_call checks exactly one; "
                                          "use check_calls to check parallel calls one by one")]
-    prepared = _prepare(_inventory_of(tools))
+    prepared = prepare(_inventory_of(tools))
     return _check(calls[0], prepared)
 
 
@@ -134,7 +118,7 @@ def check_calls(calls: Any, tools: Any) -> list[StaticResult]:
     `calls` is a list of calls, an assistant message carrying several (`tool_calls` or
     Anthropic `tool_use` blocks), or a single call; `tools` as for `check_call`.
     """
-    prepared = _prepare(_inventory_of(tools))
+    prepared = prepare(_inventory_of(tools))
     return [_check(one, prepared) for one in _calls_of(calls, "calls")]
 
 
@@ -143,11 +127,11 @@ def check_calls(calls: Any, tools: Any) -> list[StaticResult]:
 
 def _calls_of(raw: Any, argument: str) -> list[ToolCall]:
     if isinstance(raw, ToolCall):
-        return [_checked_call(raw, argument)]
+        return [checked_call(raw, argument)]
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(c, ToolCall) for c in raw):
-        return [_checked_call(c, argument) for c in raw]
+        return [checked_call(c, argument) for c in raw]
     try:
-        return _read_calls(raw)  # normalize_calls, whose ToolCall cases were handled above
+        return normalize_raw_calls(raw)  # normalize_calls, whose ToolCall cases were handled above
     except TypeError as exc:
         if argument != "call" and str(exc).startswith("call:"):
             raise TypeError(f"{argument}:{str(exc)[5:]}") from None
@@ -394,7 +378,10 @@ def _schema_at(root: Any, schema_path: list[Any]) -> Any:
 
 
 @dataclass(slots=True)
-class _Prepared:
+class Prepared:
+    """A tool inventory as the checker uses it (`prepare`): each tool by name with its compiled
+    schema, and the problems its calls are told about."""
+
     inventory: ToolInventory
     tools: dict[str, tuple[ToolSpec, bytes | _Schema]]
     names: tuple[str, ...]
@@ -409,7 +396,9 @@ class _Prepared:
 _PREPARED = LRU()  # id(inventory) -> (inventory, its prepared form)
 
 
-def _prepare(inventory: ToolInventory) -> _Prepared:
+def prepare(inventory: ToolInventory) -> Prepared:
+    """`inventory` prepared for `check_call_data`, once per inventory (its schemas compiled the
+    first time they are seen)."""
     # Keyed by identity (normalize_tools returns one object per distinct spec list); the
     # entry keeps the inventory alive, so its id cannot be reused while cached.
     hit = _PREPARED.get(id(inventory))
@@ -424,7 +413,7 @@ def _prepare(inventory: ToolInventory) -> _Prepared:
         tools[tool.name] = (tool, ref)
         if isinstance(ref, _Schema):
             broken.append((tool.name, f"tool {tool.name!r} cannot be checked: {ref.problem}"))
-    prepared = _Prepared(
+    prepared = Prepared(
         inventory=inventory, tools=tools, names=tuple(tools), problems=inventory.problems,
         unnamed=tuple(p for p in inventory.problems if p.name is None), broken=tuple(broken),
         empty=inventory.empty)
@@ -473,7 +462,7 @@ class _Issue:
     def path(self) -> str:
         return _path(self.segments)
 
-    def finding(self) -> dict[str, Any]:
+    def finding(self) -> FindingData:
         """The finding as plain data: `Finding`'s fields in order."""
         return {"check": self.check, "path": self.path, "message": self.message, "expected": self.expected,
                 "actual": self.actual, "keyword": self.keyword}
@@ -530,30 +519,24 @@ def _choices(options: list[Any] | tuple[Any, ...], limit: int = 10) -> str:
 # --- the checker ---------------------------------------------------------------------------
 
 
-def _check(call: ToolCall, prepared: _Prepared) -> StaticResult:
-    return _static_result(_check_data(call, prepared))
+def _check(call: ToolCall, prepared: Prepared) -> StaticResult:
+    return StaticResult.from_data(check_call_data(call, prepared))
 
 
-_PASS_DATA: dict[str, Any] = {"passed": True, "findings": ()}
-_ALL_PASS_DATA: dict[str, dict[str, Any]] = {name: _PASS_DATA for name in STATIC_CHECKS}
-
-
-def _check_data(call: ToolCall, prepared: _Prepared) -> dict[str, Any]:
-    """The static result of `call` as plain data, the one core both sinks share: the fields
-    of `StaticResult` in order, as `model_dump(mode="json")` gives them, then `valid`; the
-    call and the correction stay `ToolCall`s, and passing checks share one constant.
-
-    The CLI writes it as it is (`rows.plain_row`); `_static_result` builds the models
-    from it. Never mutated once returned."""
+def check_call_data(call: ToolCall, prepared: Prepared) -> StaticData:
+    """The static result of a normalised `call` against a `prepare`d inventory, as plain data
+    (`results.StaticData`): what `check_call` returns, before any model is built. The CLI
+    writes it as it is; `StaticResult.from_data` builds the model. Passing checks share
+    `results.CHECK_PASSED` (a call that passes them all, `results.ALL_PASSED`); never mutate it."""
     failures, warnings = _evaluate(call, prepared)
     if not failures:
-        return {"call": call, "checks": _ALL_PASS_DATA, "warnings": warnings, "correction": None,
+        return {"call": call, "checks": ALL_PASSED, "warnings": warnings, "correction": None,
                 "correction_notes": (), "valid": True}
     capped = next(iter(failures.values()))[-1].capped  # set on every issue of a capped call
     correction, notes = (None, []) if capped else suggest_correction(call, failures, lambda c: _evaluate(c, prepared)[0])
     if correction is not None and _removes_defined(call, correction, prepared):
         correction, notes = None, []
-    checks = dict(_ALL_PASS_DATA)
+    checks = dict(ALL_PASSED)
     for name, issues in failures.items():
         findings = [issue.finding() for issue in issues[:MAX_FINDINGS]]
         if len(issues) > MAX_FINDINGS or issues[-1].capped:
@@ -563,22 +546,7 @@ def _check_data(call: ToolCall, prepared: _Prepared) -> dict[str, Any]:
             "correction_notes": tuple(notes), "valid": False}
 
 
-def _static_result(data: dict[str, Any]) -> StaticResult:
-    """The `StaticResult` of `_check_data`'s plain data (the Python API's sink)."""
-    checks = dict(_ALL_PASS)
-    # The data holds only the checker's own values (a validated call, exact str, tuples, fresh
-    # dicts): the models are built without validation, identical to StaticResult(...).
-    if data["valid"]:
-        return _trusted(StaticResult, call=data["call"], checks=checks, warnings=data["warnings"])
-    for name, check in data["checks"].items():
-        if check is not _PASS_DATA:
-            checks[name] = _trusted(CheckResult, passed=False,
-                                    findings=tuple(_trusted_from(Finding, f) for f in check["findings"]))
-    return _trusted(StaticResult, call=data["call"], checks=checks, warnings=data["warnings"],
-                    correction=data["correction"], correction_notes=data["correction_notes"])
-
-
-def _omitted(check: str, count: int, capped: bool = False) -> dict[str, Any]:
+def _omitted(check: str, count: int, capped: bool = False) -> FindingData:
     if capped:
         count = max(count, 0)
         return {"check": check, "path": "$", "message": f"{count} more {check} finding(s) not listed, and more may "
@@ -588,7 +556,7 @@ def _omitted(check: str, count: int, capped: bool = False) -> dict[str, Any]:
             f"its first {MAX_FINDINGS}. Fix those and check again.", "expected": None, "actual": count, "keyword": None}
 
 
-def _removes_defined(call: ToolCall, correction: ToolCall, prepared: _Prepared) -> bool:
+def _removes_defined(call: ToolCall, correction: ToolCall, prepared: Prepared) -> bool:
     """Whether `correction` drops a top-level argument its tool's schema defines (never offered:
     the corrections' own rules allow no such fix; this holds them to it)."""
     before = call.arguments or {}
@@ -602,7 +570,7 @@ def _removes_defined(call: ToolCall, correction: ToolCall, prepared: _Prepared) 
     return any(_defined_at(schema, (), key) for key in before if key not in after)
 
 
-def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str, ...]]:
+def _evaluate(call: ToolCall, prepared: Prepared) -> tuple[Failures, tuple[str, ...]]:
     """All failing checks of `call`, and the warnings about other tools' specs."""
     failures: Failures = {}
     name = call.name
@@ -671,7 +639,7 @@ def _evaluate(call: ToolCall, prepared: _Prepared) -> tuple[Failures, tuple[str,
     return failures, warnings
 
 
-def _warnings(prepared: _Prepared, excluded: str | None, skip_unnamed: bool) -> tuple[str, ...]:
+def _warnings(prepared: Prepared, excluded: str | None, skip_unnamed: bool) -> tuple[str, ...]:
     # Called only when the inventory has problems or broken tools (most have neither).
     out = [_problem_warning(p) for p in prepared.problems
            if not (p.name is not None and p.name == excluded and excluded not in prepared.tools)

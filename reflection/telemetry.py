@@ -10,21 +10,76 @@ and a `gate {tool}` span per gate decision (`reflection.gate.action`,
 Spans go to the global tracer provider (`opentelemetry.trace.set_tracer_provider`) unless
 `set_tracer_provider` here names another. Without `opentelemetry-api` installed every
 function is a no-op, and with the API but no SDK the spans are OpenTelemetry's own no-ops.
+
+It knows the objects it records only by the attributes it reads (the protocols below, which a
+`JudgeConfig`, a `ReflectionResult` and a gate `Decision` satisfy), so every layer can record
+spans without this module importing any of them.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
-
-from reflection.model import STATIC_CHECKS, ReflectionResult
-
-if TYPE_CHECKING:
-    from reflection.gate import Decision
-    from reflection.judge import JudgeConfig
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 __all__ = ["gate_span", "judge_span", "record_completion", "record_decision", "record_result",
            "reflection_span", "set_tracer_provider"]
+
+
+class JudgeEndpoint(Protocol):
+    """What `judge_span` reads of a judge's configuration (`JudgeConfig`)."""
+
+    model: str
+    base_url: str
+    max_completion_tokens: int
+
+
+class _Finding(Protocol):
+    message: str
+
+
+class _Check(Protocol):
+    passed: bool
+    findings: Sequence[_Finding]
+
+
+class _Static(Protocol):
+    checks: Mapping[str, _Check]
+    """Every static check, in report order."""
+
+
+class _Semantic(Protocol):
+    status: str
+    score: int | None
+    explanation: str
+    error: str | None
+
+
+class _Usage(Protocol):
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+
+
+class RecordedResult(Protocol):
+    """What `record_result` reads of a reflection (`ReflectionResult`)."""
+
+    overall_valid: bool | None
+    judge_skipped: str | None
+    usage: _Usage
+    static: _Static
+    semantic: Mapping[str, _Semantic]
+
+
+class RecordedDecision(Protocol):
+    """What `record_decision` reads of a gate decision (`Decision`)."""
+
+    action: str
+    reason: str
+    shadow_action: str | None
+    cost_usd: float | None
+
 
 _EXPLANATION_CHARS = 1000
 _NULL: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
@@ -81,7 +136,7 @@ def reflection_span(tool: str, model: str | None = None) -> contextlib.AbstractC
     return _span(f"evaluate {tool}", attributes)
 
 
-def judge_span(config: JudgeConfig) -> contextlib.AbstractContextManager[Any]:
+def judge_span(config: JudgeEndpoint) -> contextlib.AbstractContextManager[Any]:
     """The client span of one Chat Completions request to the judge."""
     if _get_tracer() is None:  # telemetry off: no attributes to build, no URL to parse, per request
         return _NULL
@@ -128,7 +183,7 @@ def record_completion(span: Any, completion: dict[str, Any]) -> None:
             span.set_attribute("gen_ai.response.finish_reasons", reasons)
 
 
-def record_result(span: Any, result: ReflectionResult) -> None:
+def record_result(span: Any, result: RecordedResult) -> None:
     """The verdict, judge usage and one `gen_ai.evaluation.result` event per check that ran."""
     if span is None or not span.is_recording():
         return
@@ -142,8 +197,7 @@ def record_result(span: Any, result: ReflectionResult) -> None:
     span.set_attribute("reflection.judge_requests", usage.requests)
     if usage.cost_usd is not None:  # no attribute when the price is unknown
         span.set_attribute("reflection.cost_usd", usage.cost_usd)
-    for name in STATIC_CHECKS:
-        check = result.static.checks[name]
+    for name, check in result.static.checks.items():
         event: dict[str, Any] = {
             "gen_ai.evaluation.name": name,
             "gen_ai.evaluation.score.value": 1.0 if check.passed else 0.0,
@@ -164,7 +218,7 @@ def record_result(span: Any, result: ReflectionResult) -> None:
         span.add_event("gen_ai.evaluation.result", event)
 
 
-def record_decision(span: Any, decision: Decision) -> None:
+def record_decision(span: Any, decision: RecordedDecision) -> None:
     """The gate's action (and, in shadow mode, the action it would have taken)."""
     if span is None or not span.is_recording():
         return

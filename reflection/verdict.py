@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from reflection.errors import JudgeError
-from reflection.model import SemanticCheckResult, StaticResult
-
-if TYPE_CHECKING:  # the static path (overall_valid) does not load the semantic stage
-    from reflection.semantic import CheckReply
+from reflection.model import CheckReply, SemanticCheckResult, StaticResult
 
 __all__ = ["judge_check", "overall_valid"]
 

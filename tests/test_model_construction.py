@@ -15,7 +15,7 @@ from reflection.model import (
     StaticResult,
     ToolCall,
     ToolSpec,
-    _trusted,
+    trusted,
 )
 from reflection.static import check_call
 
@@ -39,7 +39,7 @@ CASES = [
 
 @pytest.mark.parametrize(("cls", "values"), CASES)
 def test_a_trusted_model_is_the_validated_one(cls, values):
-    made, validated = _trusted(cls, **values), cls(**values)
+    made, validated = trusted(cls, **values), cls(**values)
     assert type(made) is cls
     assert made == validated and validated == made
     assert list(made.__dict__) == list(validated.__dict__) == list(cls.model_fields)
@@ -56,7 +56,7 @@ def test_a_trusted_model_is_the_validated_one(cls, values):
 
 def test_models_with_default_factories_are_refused():
     with pytest.raises(TypeError, match="ToolSpec"):
-        _trusted(ToolSpec, name="t")
+        trusted(ToolSpec, name="t")
 
 
 def test_a_result_survives_validation_unchanged():

@@ -334,7 +334,7 @@ def test_reflector_and_result_row_give_the_rows_reflect_dataset_gives(seed, flat
 
 def test_the_models_built_from_the_plain_data_are_the_models_validation_builds(corpora):
     """The Python API's sink builds its results from the checker's plain data without
-    validation (`static._static_result`, `grounding._groundings`): every result must equal,
+    validation (`StaticResult.from_data`, `ValueGrounding.from_data`): every result must equal,
     field for field, the one pydantic builds by validating the same values."""
     reflector = Reflector(ReflectionConfig())
     numbered = enumerate(corpora[1].read_bytes().splitlines(keepends=True), start=1)

@@ -11,14 +11,14 @@ import time
 from typing import Any
 
 from reflection.batch.inputs import SourceRow
-from reflection.pipeline import _reflect_plain
+from reflection.pipeline import reflect_plain
+from reflection.results import output_row
 from reflection.rows import (
     InputRow,
     Line,
     RowError,
     error_row,
     line_of,
-    plain_row,
     read_row,
 )
 
@@ -38,16 +38,16 @@ def item_of(source: SourceRow, rid: str) -> InputRow | dict[str, Any]:
 def static_line(item: InputRow | dict[str, Any], flat: bool = False) -> Line:
     """The output line of a prepared row (an error row is written as it is) with static checks
     and grounding only: the row `runner`'s judged path gives with no judge, byte for byte
-    (latency aside), built from plain data (`pipeline._reflect_plain`, `rows.plain_row`) without
+    (latency aside), built from plain data (`pipeline.reflect_plain`, `results.output_row`) without
     the result models: what `reflection check` and `reflection batch` write when no judge runs."""
     if isinstance(item, dict):
         return line_of(item)
     started = time.perf_counter()
     try:
-        results = _reflect_plain(item.call, item.tools, item.history, grounding=not flat)
+        results = reflect_plain(item.call, item.tools, item.history, grounding=not flat)
     except (TypeError, ValueError) as exc:
         return line_of(unreflectable(item.id, exc))
-    return line_of(plain_row(item.id, results, latency_ms=(time.perf_counter() - started) * 1000, flat_only=flat))
+    return line_of(output_row(item.id, results, latency_ms=(time.perf_counter() - started) * 1000, flat_only=flat))
 
 
 def unreflectable(rid: str, exc: TypeError | ValueError) -> dict[str, Any]:

@@ -49,7 +49,7 @@ from starlette.responses import Response, StreamingResponse
 from reflection._json import parse_json_keeping
 from reflection._own_words import remember
 from reflection.config import UpstreamConfig
-from reflection.model import _plain
+from reflection.model import plain_text
 from reflection.service._dialects import (
     ANTHROPIC,
     CHAT,
@@ -237,7 +237,7 @@ class Gateway:
         if encoding in ("gzip", "x-gzip", "deflate"):
             raw = _decompressed(raw, encoding, self.max_body_bytes)
         elif encoding not in ("", "identity"):
-            raise Refused(problem(415, f"request bodies encoded with {_plain(encoding, 40)!r} are not accepted; "
+            raise Refused(problem(415, f"request bodies encoded with {plain_text(encoding, 40)!r} are not accepted; "
                                        "send identity, gzip or deflate"))
         try:
             # `tools` stays JSON text: the gate's spec cache is keyed by it, so a client that sends
@@ -518,12 +518,12 @@ class Gateway:
         turn.applied.append("escalate")
         turn.escalated.append({"call": call, "feedback": decision.feedback, "reason": decision.reason})
         turn.notes.append(note(f"The call to {quoted(decision.tool)} is waiting for a person's approval "
-                               f"({_plain(decision.reason)})."))
+                               f"({plain_text(decision.reason)})."))
 
     @staticmethod
     def _deny(decision: Any, turn: Turn) -> None:
         turn.applied.append("deny")
-        turn.notes.append(note(f"The call to {quoted(decision.tool)} was blocked by reflection ({_plain(decision.reason)})."))
+        turn.notes.append(note(f"The call to {quoted(decision.tool)} was blocked by reflection ({plain_text(decision.reason)})."))
 
     # --- streaming --------------------------------------------------------------------------
 
@@ -706,7 +706,7 @@ class _StreamChoice:
 def _decompressed(raw: bytes, encoding: str, limit: int) -> bytes:
     """The request body decoded, at most `limit` bytes (a small bomb must not become a large body)."""
     if encoding not in ("gzip", "x-gzip", "deflate"):
-        raise Refused(problem(415, f"{_plain(encoding, 40)!r} encoding is not supported"))
+        raise Refused(problem(415, f"{plain_text(encoding, 40)!r} encoding is not supported"))
     wbits = 16 + zlib.MAX_WBITS if encoding in ("gzip", "x-gzip") else zlib.MAX_WBITS
     try:
         inflater = zlib.decompressobj(wbits)
