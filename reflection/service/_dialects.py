@@ -14,15 +14,14 @@ clients' readers accept it, the gate's remembered notes).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
 from starlette.responses import Response
 
 from reflection._json import dumps, parse_json
-from reflection._own_words import remember
 from reflection.model import quoted
+from reflection.reask import Said, Turn, note
 
 __all__ = ["ANTHROPIC", "CHAT", "UNREADABLE", "AnthropicDialect", "ChatDialect", "Dialect", "Refused",
            "ResponsesDialect", "Said", "first_message", "identity", "input_items", "lenient", "lenient_dumps", "message_calls", "note", "problem", "quoted",
@@ -80,12 +79,6 @@ def reply_text(data: Any) -> str:
     return reply_bytes(data).decode()
 
 
-def note(text: str) -> str:
-    """A line the gateway writes into a conversation: remembered, so it never counts as evidence."""
-    remember(text)
-    return text
-
-
 def identity(call: Any) -> bytes:
     """What makes two calls the same call: the tool and its arguments (read, not as written), in
     any of the shapes (`function.arguments`, `arguments`, Anthropic's `input`)."""
@@ -111,18 +104,6 @@ def usage_sum(first: Any, more: list[Any]) -> Any:
             if type(value) is int and type(out.get(key, 0)) is int:
                 out[key] = out.get(key, 0) + value
     return out
-
-
-@dataclasses.dataclass
-class Said:
-    """One model turn as the gateway reads it: the calls to gate, the whole turn in the API's
-    shape (for a re-ask: the model sees what it said), its text, and the types of the call-like
-    items the gateway cannot check (removed, and said so)."""
-
-    calls: list[Any]
-    turn: Any = None
-    text: str | None = None
-    removed: list[str] = dataclasses.field(default_factory=list)
 
 
 class Dialect:
@@ -175,6 +156,10 @@ class Dialect:
         """`call` under another id (one id per call in a final reply)."""
         return {**call, "id": call_id}
 
+    def identity(self, call: Any) -> bytes:
+        """What makes two calls the same call (see `identity`)."""
+        return identity(call)
+
 
 def _reask_body(body: dict[str, Any], key: str, conversation: list[Any]) -> dict[str, Any]:
     again = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "n")}
@@ -220,6 +205,24 @@ class ChatDialect(Dialect):
         out["function"] = {"name": function.get("name"),
                            "arguments": arguments if isinstance(arguments, str) else dumps(arguments)}
         return out
+
+    def write(self, choice: dict[str, Any], message: dict[str, Any], turn: Turn) -> None:
+        """Put a settled turn into the reply's message: kept calls, and text for removed ones."""
+        legacy = [c for c in turn.calls if isinstance(c, dict) and c.get("_legacy")]
+        calls = [c for c in turn.calls if not (isinstance(c, dict) and c.get("_legacy"))]
+        message.pop("function_call", None)
+        if legacy:
+            function = legacy[0].get("function", {})
+            message["function_call"] = {"name": function.get("name"), "arguments": function.get("arguments")}
+        if turn.notes:
+            content = message.get("content")
+            message["content"] = "\n\n".join([content, "\n".join(turn.notes)] if content else ["\n".join(turn.notes)])
+        if calls:
+            message["tool_calls"] = calls
+        else:
+            message.pop("tool_calls", None)
+            if choice.get("finish_reason") in ("tool_calls", "function_call") and not legacy:
+                choice["finish_reason"] = "stop"
 
 
 def message_calls(message: dict[str, Any]) -> list[Any] | None:
