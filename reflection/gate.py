@@ -30,10 +30,10 @@ from reflection import telemetry
 from reflection._lru import LRU
 from reflection._own_words import remember
 from reflection.config import GateAction, GatePolicy, ReflectionConfig, RiskTier, ToolRule
-from reflection.formats import express_call, normalize_calls, normalize_history, normalize_tools, raw_calls
+from reflection.formats import express_call, is_parallel, normalize_calls, normalize_history, normalize_tools, raw_calls
 from reflection.judge import Judge, JudgeError, JudgeFatalError
 from reflection.model import History, JudgeUsage, ReflectionResult, ToolCall, ToolInventory, ValueGrounding
-from reflection.pipeline import NO_JUDGE, STATIC_FAILED, YIELD_EVERY, Reflector, _is_parallel, assessable, siblings
+from reflection.pipeline import NO_JUDGE, STATIC_FAILED, YIELD_EVERY, Reflector, assessable, siblings
 from reflection.verdict import overall_valid
 
 __all__ = ["Decision", "Gate", "GatePolicy", "MemoryJudgeCache", "ToolRule"]
@@ -144,7 +144,7 @@ class Gate:
         calls = normalize_calls(call)
         inventory = normalize_tools(tools)
         conversation = normalize_history(history)
-        if not _is_parallel(call):
+        if not is_parallel(call):
             return await self._decide(call, tuple(calls), 0, inventory, conversation, started)
         raws = raw_calls(call)
         if len(raws) != len(calls):  # cannot happen for shapes normalize_calls reads; keep the internal form

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from reflection._own_words import remember
-from reflection.apply import apply_decision
+from reflection.apply import Applied, apply_decision
 from reflection.model import _plain, quoted
 
 if TYPE_CHECKING:
@@ -165,10 +165,10 @@ async def settle(said: Said, check: Check, ask: Ask, shape: Shape, budget: Budge
             if observe is not None:
                 observe(decision)
             turn.decisions.append(decision_entry(decision, round_, shape.call_id(call)))
-            outcome = _outcome(shape, call, decision, turn, seen, ids)
-            if decision.action == "reflect":
+            applied = apply_decision(decision, call)
+            results.append(_outcome(shape, call, applied, turn, seen, ids))
+            if applied.reask:
                 refused.append((call, decision))
-            results.append(outcome)
         if not refused:
             return turn
         if round_ >= budget.depth or budget.left <= 0:
@@ -207,11 +207,11 @@ def _removed(said: Said, turn: Turn) -> None:
     said.removed = []
 
 
-def _outcome(shape: Shape, call: Any, decision: Decision, turn: Turn, seen: set[bytes],
+def _outcome(shape: Shape, call: Any, applied: Applied, turn: Turn, seen: set[bytes],
              ids: set[Any]) -> Callable[[], str]:
     """Apply one decision to `turn`; the text the model reads about it if it is asked again
     (made only then: most turns are never re-asked)."""
-    applied = apply_decision(decision, call)
+    decision = applied.decision
     if applied.runs != "nothing":
         sent = call if applied.runs == "proposed" else shape.corrected(applied.call, call)
         if turn.calls:  # the first call of a turn cannot repeat one: its key is made when a second comes

@@ -36,10 +36,10 @@ from typing import Any
 import aiohttp
 from starlette.responses import Response
 
+from reflection.formats import ANTHROPIC_PASSED
 from reflection.reask import Said, Turn, report
 from reflection.service._dialects import (
     ANTHROPIC,
-    ANTHROPIC_PASSED,
     UNREADABLE,
     Refused,
     problem,

@@ -5,8 +5,9 @@ model about what was refused, bounded rounds) is one loop for every API. What di
 shape: where the calls sit in a reply, which history and specs the gate reads, how a re-ask
 request shows the model its turn and what became of each call, and how a call is written back
 in its own shape. A `Dialect` answers exactly those questions for one API (Chat Completions,
-the Responses API, Anthropic Messages); the reading of foreign call and history shapes for
-the gate itself stays in `reflection.formats`.
+the Responses API, Anthropic Messages). Reading calls from a reply and writing a corrected call
+back are `reflection.formats`' (`message_calls`, `output_calls`, `content_calls`,
+`openai_corrected_call`, `corrected_call`): a dialect says which of them its API uses.
 
 Also here: the small helpers the gateway's modules share (refusals, lenient JSON as the
 clients' readers accept it, the gate's remembered notes).
@@ -19,13 +20,23 @@ from typing import Any
 
 from starlette.responses import Response
 
+from reflection import formats
 from reflection._json import dumps, parse_json
+from reflection.formats import (
+    ANTHROPIC_PASSED,
+    LEGACY_CALL,
+    RESPONSES_PASSED,
+    content_calls,
+    corrected_call,
+    openai_corrected_call,
+    output_calls,
+)
 from reflection.model import quoted
 from reflection.reask import Said, Turn, note
 
 __all__ = ["ANTHROPIC", "CHAT", "UNREADABLE", "AnthropicDialect", "ChatDialect", "Dialect", "Refused",
-           "ResponsesDialect", "Said", "first_message", "identity", "input_items", "lenient", "lenient_dumps", "message_calls", "note", "problem", "quoted",
-           "read_reply", "reply_bytes", "reply_text", "usage_sum"]
+           "ResponsesDialect", "first_message", "identity", "input_items", "lenient", "lenient_dumps",
+           "message_calls", "problem", "read_reply", "reply_bytes", "reply_text", "usage_sum"]
 
 
 class Refused(Exception):
@@ -142,11 +153,7 @@ class Dialect:
 
     def corrected(self, corrected: Any, original: Any) -> Any:
         """The gate's verified correction in the call's own shape, keeping the original's ids."""
-        out = dict(corrected) if isinstance(corrected, dict) else {}
-        for key in ("id", "call_id", "type"):
-            if isinstance(original, dict) and key in original:
-                out[key] = original[key]
-        return out
+        return corrected_call(corrected, original)
 
     def call_id(self, call: Any) -> Any:
         """The id a result refers the call by."""
@@ -199,17 +206,12 @@ class ChatDialect(Dialect):
 
     def corrected(self, corrected: Any, original: Any) -> dict[str, Any]:
         """The corrected call in the OpenAI shape, with the original call's id and arguments as JSON text."""
-        function = corrected.get("function", corrected) if isinstance(corrected, dict) else {}
-        arguments = function.get("arguments", {})
-        out = dict(original) if isinstance(original, dict) else {"type": "function"}
-        out["function"] = {"name": function.get("name"),
-                           "arguments": arguments if isinstance(arguments, str) else dumps(arguments)}
-        return out
+        return openai_corrected_call(corrected, original)
 
     def write(self, choice: dict[str, Any], message: dict[str, Any], turn: Turn) -> None:
         """Put a settled turn into the reply's message: kept calls, and text for removed ones."""
-        legacy = [c for c in turn.calls if isinstance(c, dict) and c.get("_legacy")]
-        calls = [c for c in turn.calls if not (isinstance(c, dict) and c.get("_legacy"))]
+        legacy = [c for c in turn.calls if isinstance(c, dict) and c.get(LEGACY_CALL)]
+        calls = [c for c in turn.calls if not (isinstance(c, dict) and c.get(LEGACY_CALL))]
         message.pop("function_call", None)
         if legacy:
             function = legacy[0].get("function", {})
@@ -226,18 +228,13 @@ class ChatDialect(Dialect):
 
 
 def message_calls(message: dict[str, Any]) -> list[Any] | None:
-    """The calls a Chat Completions message carries (a legacy `function_call` as one call), or None."""
-    calls = message.get("tool_calls")
-    legacy = message.get("function_call")
-    if legacy is not None:
-        call = {"id": None, "type": "function", "function": legacy, "_legacy": True}
-        calls = [*calls, call] if isinstance(calls, list) else [call]
-    if calls is None or calls == []:
-        return None
-    if not isinstance(calls, list):
+    """The calls a Chat Completions message carries (a legacy `function_call` as one call), or None
+    (`formats.message_calls`); `Refused` when they cannot be read."""
+    try:
+        return formats.message_calls(message)
+    except ValueError:
         raise Refused(problem(502, "the upstream's message has tool_calls that are not a list, so they could "
-                                   "not be checked"))
-    return calls
+                                   "not be checked")) from None
 
 
 def first_message(reply: dict[str, Any]) -> dict[str, Any] | None:
@@ -251,23 +248,13 @@ def first_message(reply: dict[str, Any]) -> dict[str, Any] | None:
 
 def _wire(call: Any, fallback_id: str) -> dict[str, Any]:
     """A call as the upstream reads it in a re-ask's history: OpenAI shape, with an id."""
-    out = {k: v for k, v in call.items() if k != "_legacy"} if isinstance(call, dict) else {"type": "function"}
+    out = {k: v for k, v in call.items() if k != LEGACY_CALL} if isinstance(call, dict) else {"type": "function"}
     if not isinstance(out.get("id"), str) or not out["id"]:
         out["id"] = fallback_id
     return out
 
 
 # --- the Responses API ------------------------------------------------------------------------
-
-RESPONSES_PASSED = frozenset({
-    "message", "reasoning", "web_search_call", "file_search_call", "code_interpreter_call",
-    "image_generation_call", "mcp_list_tools", "mcp_call", "compaction",
-})
-"""Output items the client gets as they are: text, reasoning, and what the provider ran itself.
-`function_call` items are gated; any other type (a `custom_tool_call`, `local_shell_call`,
-`computer_call`, `mcp_approval_request`, or one newer than this list) is a call the gateway cannot
-check, so it is removed and the client told."""
-
 
 class ResponsesDialect(Dialect):
     """The Responses API: `function_call` output items, `input` (plus `instructions` and, for a
@@ -293,17 +280,8 @@ class ResponsesDialect(Dialect):
         if not isinstance(output, list):
             raise Refused(problem(502, "the upstream's response has no `output` list, so the tool calls in it could "
                                        "not be checked"))
-        calls, removed, texts = [], [], []
-        for item in output:
-            kind = item.get("type") if isinstance(item, dict) else None
-            if kind == "function_call":
-                calls.append(item)
-            elif kind not in RESPONSES_PASSED:
-                removed.append(str(kind))
-            elif kind == "message":
-                texts += [part["text"] for part in item.get("content") or () if isinstance(part, dict)
-                          and part.get("type") == "output_text" and isinstance(part.get("text"), str)]
-        return Said(calls, output, "".join(texts) or None, removed)
+        calls, removed, text = output_calls(output)
+        return Said(calls, output, text, removed)
 
     def extend(self, conversation: list[Any], said: Said, calls: list[Any], results: list[str],
                round_: int) -> tuple[list[Any], list[Any]]:
@@ -341,15 +319,6 @@ def _wired_item(call: Any, fallback_id: str) -> dict[str, Any]:
 
 # --- Anthropic Messages -----------------------------------------------------------------------
 
-ANTHROPIC_PASSED = frozenset({
-    "text", "thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result",
-    "code_execution_tool_result", "bash_code_execution_tool_result", "text_editor_code_execution_tool_result",
-    "mcp_tool_use", "mcp_tool_result", "container_upload", "citations",
-})
-"""Content blocks the client gets as they are: text, thinking, and what the provider ran itself.
-`tool_use` blocks are gated; any other type is a block the gateway cannot check: removed, and said so."""
-
-
 class AnthropicDialect(Dialect):
     """Anthropic Messages: `tool_use` blocks, `messages` (plus `system`) as history, `tool_result` blocks."""
 
@@ -368,16 +337,8 @@ class AnthropicDialect(Dialect):
         if not isinstance(content, list):
             raise Refused(problem(502, "the upstream's message has no `content` list, so the tool calls in it could "
                                        "not be checked"))
-        calls, removed, texts = [], [], []
-        for block in content:
-            kind = block.get("type") if isinstance(block, dict) else None
-            if kind == "tool_use":
-                calls.append(block)
-            elif kind not in ANTHROPIC_PASSED:
-                removed.append(str(kind))
-            elif kind == "text" and isinstance(block.get("text"), str):
-                texts.append(block["text"])
-        return Said(calls, content, "".join(texts) or None, removed)
+        calls, removed, text = content_calls(content)
+        return Said(calls, content, text, removed)
 
     def extend(self, conversation: list[Any], said: Said, calls: list[Any], results: list[str],
                round_: int) -> tuple[list[Any], list[Any]]:

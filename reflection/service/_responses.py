@@ -41,9 +41,9 @@ from typing import Any
 import aiohttp
 from starlette.responses import Response
 
+from reflection.formats import RESPONSES_PASSED
 from reflection.reask import Said, Turn, report
 from reflection.service._dialects import (
-    RESPONSES_PASSED,
     UNREADABLE,
     Refused,
     ResponsesDialect,
