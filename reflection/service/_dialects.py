@@ -31,8 +31,7 @@ from reflection.formats import (
     openai_corrected_call,
     output_calls,
 )
-from reflection.model import quoted
-from reflection.reask import Said, Turn, note
+from reflection.reask import Said, Turn
 
 __all__ = ["ANTHROPIC", "CHAT", "UNREADABLE", "AnthropicDialect", "ChatDialect", "Dialect", "Refused",
            "ResponsesDialect", "first_message", "identity", "input_items", "lenient", "lenient_dumps",

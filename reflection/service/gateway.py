@@ -50,7 +50,7 @@ from reflection.config import UpstreamConfig
 from reflection.model import _plain
 from reflection.reask import Budget, Said, Turn, note, report
 from reflection.service import _anthropic, _responses
-from reflection.service._dialects import CHAT, UNREADABLE, Dialect, Refused, lenient, lenient_dumps, message_calls, \
+from reflection.service._dialects import CHAT, UNREADABLE, Refused, lenient, lenient_dumps, message_calls, \
     problem, read_reply, reply_text, usage_sum
 from reflection.service._metrics import TenantMetrics
 from reflection.service._middleware import ARRIVED, AUTH_HEADER, DEADLINE, LITELLM_AUTH_HEADER
