@@ -10,7 +10,7 @@ back are `reflection.formats`' (`message_calls`, `output_calls`, `content_calls`
 `openai_corrected_call`, `corrected_call`): a dialect says which of them its API uses.
 
 Also here: the small helpers the gateway's modules share (refusals, lenient JSON as the
-clients' readers accept it, the gate's remembered notes).
+clients' readers accept it, usage sums).
 """
 
 from __future__ import annotations

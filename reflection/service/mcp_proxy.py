@@ -653,7 +653,7 @@ class McpProxy:
         log.info("tools/call", extra={"event": "mcp_tools_call", "actions": decision.action, "route": _quoted(name)})
         if key not in self._pending:  # the client cancelled it while it was checked
             return
-        applied = apply_decision(decision, item)
+        applied = apply_decision(decision, call)
         if applied.runs != "nothing" and self.server_gone is not None:
             self._pending.pop(key, None)
             await self._error_to_client(request.id, _INTERNAL_ERROR, f"reflection: {self.server_gone}")
