@@ -821,3 +821,42 @@ def corrected_call(corrected: Any, original: Any) -> dict[str, Any]:
         if isinstance(original, dict) and key in original:
             out[key] = original[key]
     return out
+
+
+def call_identity(call: Any) -> bytes:
+    """What makes two calls the same call: the tool and its arguments as read (JSON text parsed,
+    leniently as the clients' readers parse it; text that is not JSON kept as text), in any of the
+    shapes (`function.arguments`, `arguments`, Anthropic's `input`). Equal bytes: the same call."""
+    import json
+
+    function = call.get("function", call) if isinstance(call, dict) else {}
+    if not isinstance(function, dict):
+        function = {}
+    arguments = function.get("arguments", function.get("input"))
+    if isinstance(arguments, str):
+        try:
+            arguments = parse_json(arguments)
+        except ValueError:
+            try:
+                arguments = json.loads(arguments)
+            except (ValueError, RecursionError):
+                pass
+    key = [function.get("name"), arguments]
+    try:
+        return dumps(key).encode()
+    except (TypeError, ValueError, UnicodeEncodeError):
+        return json.dumps(key, ensure_ascii=True, separators=(",", ":")).encode()
+
+
+def mcp_call(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The call an MCP `tools/call` request's `params` make, in the plain shape: its `name` (""
+    when that is not a string) and its `arguments` (`{}` when absent)."""
+    name = params.get("name")
+    arguments = params.get("arguments")
+    return {"name": name if isinstance(name, str) else "", "arguments": arguments if arguments is not None else {}}
+
+
+def mcp_corrected_params(params: Mapping[str, Any], call: Mapping[str, Any], corrected: Mapping[str, Any]) -> dict[str, Any]:
+    """`tools/call` `params` with the corrected call's name and arguments (those it lacks kept from
+    `call`, the plain call `mcp_call` read); every other member (`_meta`, `task`...) kept."""
+    return {**params, "name": corrected.get("name", call["name"]), "arguments": corrected.get("arguments", call["arguments"])}

@@ -231,3 +231,25 @@ async def test_the_gateway_takes_its_rounds_and_fallback_from_the_gate_policy(se
     reflection = json.loads(response.body)["reflection"]
     assert (reflection["rounds"], reflection["actions"]) == (rounds, [action])
     assert len(upstream.requests) == 1 + rounds
+
+
+def test_one_call_in_any_shape_has_one_identity():
+    from reflection.formats import call_identity
+
+    openai_call = {"id": "x", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    assert call_identity(openai_call) == call_identity({"name": "f", "arguments": {"a": 1}}) \
+        == call_identity({"type": "tool_use", "id": "y", "name": "f", "input": {"a": 1}})
+    assert call_identity(openai_call) != call_identity({"name": "f", "arguments": {"a": 2}})
+    assert call_identity({"name": "f", "arguments": "not json"}) == b'["f","not json"]'
+    assert call_identity({"name": "f", "arguments": '{"a": "\\ud800"}'})  # a lone surrogate: still a key
+
+
+def test_an_mcp_tools_call_is_read_and_written_through_formats():
+    from reflection.formats import mcp_call, mcp_corrected_params
+
+    params = {"name": "get_weather", "arguments": {"days": "3"}, "_meta": {"progressToken": 1}}
+    call = mcp_call(params)
+    assert call == {"name": "get_weather", "arguments": {"days": "3"}}
+    assert mcp_call({"name": 7}) == {"name": "", "arguments": {}}
+    assert mcp_corrected_params(params, call, {"name": "get_weather", "arguments": {"days": 3}}) == \
+        {"name": "get_weather", "arguments": {"days": 3}, "_meta": {"progressToken": 1}}

@@ -26,6 +26,7 @@ from reflection.formats import (
     ANTHROPIC_PASSED,
     LEGACY_CALL,
     RESPONSES_PASSED,
+    call_identity,
     content_calls,
     corrected_call,
     openai_corrected_call,
@@ -34,7 +35,7 @@ from reflection.formats import (
 from reflection.reask import Said, Turn
 
 __all__ = ["ANTHROPIC", "CHAT", "UNREADABLE", "AnthropicDialect", "ChatDialect", "Dialect", "Refused",
-           "ResponsesDialect", "first_message", "identity", "input_items", "lenient", "lenient_dumps",
+           "ResponsesDialect", "first_message", "input_items", "lenient", "lenient_dumps",
            "message_calls", "problem", "read_reply", "reply_bytes", "reply_text", "usage_sum"]
 
 
@@ -87,19 +88,6 @@ def reply_bytes(data: Any) -> bytes:
 def reply_text(data: Any) -> str:
     """`reply_bytes` as text."""
     return reply_bytes(data).decode()
-
-
-def identity(call: Any) -> bytes:
-    """What makes two calls the same call: the tool and its arguments (read, not as written), in
-    any of the shapes (`function.arguments`, `arguments`, Anthropic's `input`)."""
-    function = call.get("function", call) if isinstance(call, dict) else {}
-    if not isinstance(function, dict):
-        function = {}
-    arguments = function.get("arguments", function.get("input"))
-    if isinstance(arguments, str):
-        parsed = read_reply(arguments.encode())
-        arguments = arguments if parsed is UNREADABLE else parsed
-    return reply_bytes([function.get("name"), arguments])
 
 
 def usage_sum(first: Any, more: list[Any]) -> Any:
@@ -163,8 +151,8 @@ class Dialect:
         return {**call, "id": call_id}
 
     def identity(self, call: Any) -> bytes:
-        """What makes two calls the same call (see `identity`)."""
-        return identity(call)
+        """What makes two calls the same call (`formats.call_identity`)."""
+        return call_identity(call)
 
 
 def _reask_body(body: dict[str, Any], key: str, conversation: list[Any]) -> dict[str, Any]:

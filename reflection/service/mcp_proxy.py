@@ -54,7 +54,7 @@ from reflection._json import printable
 from reflection._terminal import plain
 from reflection.apply import apply_decision
 from reflection.config import ReflectionConfig
-from reflection.formats import normalize_tools
+from reflection.formats import mcp_call, mcp_corrected_params, normalize_tools
 
 if TYPE_CHECKING:
     from reflection.gate import Gate
@@ -644,9 +644,8 @@ class McpProxy:
         key = _key(request.id)
         params = request.params if isinstance(request.params, dict) else {}
         name = params.get("name")
-        arguments = params.get("arguments")
         await self._ensure_tools(params.get("_meta"))
-        call = {"name": name if isinstance(name, str) else "", "arguments": arguments if arguments is not None else {}}
+        call = mcp_call(params)
         # No conversation: the proxy sees only the call. Checks that need one are not assessed.
         decision = await self.gate.check(call, self._tool_inventory(), None)
         assert not isinstance(decision, list)  # one call, one decision
@@ -665,10 +664,9 @@ class McpProxy:
                 await self._error_to_client(request.id, _INTERNAL_ERROR, f"reflection: {self.server_gone}")
             return
         if applied.runs == "corrected" and isinstance(applied.call, dict):
-            new_name = applied.call.get("name", call["name"])
-            new_arguments = applied.call.get("arguments", call["arguments"])
-            self._pending[key] = _Pending("tools/call", correction_note(call["name"], call["arguments"], new_name, new_arguments))
-            corrected = {**params, "name": new_name, "arguments": new_arguments}
+            corrected = mcp_corrected_params(params, call, applied.call)
+            self._pending[key] = _Pending("tools/call", correction_note(call["name"], call["arguments"], corrected["name"],
+                                                                       corrected["arguments"]))
             data = request.model_dump(by_alias=True, exclude_unset=True)
             self._unsent.discard(key)
             if not await self._to_server(SessionMessage(types.jsonrpc_message_adapter.validate_python({**data, "params": corrected}))):
