@@ -123,7 +123,7 @@ def _index(data: dict[str, Any]) -> int:
 def _error(error: dict[str, Any]) -> bytes:
     """An `error` event as Anthropic sends one (the SDK raises on it)."""
     return named_event({"type": "error", "error": {"type": error.get("type") or "api_error",
-                                            "message": str(error.get("message") or "the stream could not go on")}})
+                                                   "message": str(error.get("message") or "the stream could not go on")}})
 
 
 def _relay(call: Call, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:

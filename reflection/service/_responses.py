@@ -165,7 +165,7 @@ def _remember(call: Call, memory: ResponseMemory, dialect: ResponsesDialect, dat
     output = data.get("output")
     if isinstance(output, list):
         memory.remember(call.owner, data.get("id"), call.body.get("previous_response_id"),
-                                        [*dialect.conversation(call.body), *output], size)
+                        [*dialect.conversation(call.body), *output], size)
 
 
 class _Held:
