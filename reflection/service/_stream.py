@@ -23,7 +23,7 @@ from starlette.responses import Response
 from reflection.service._dialects import Refused, problem, read_reply, reply_bytes
 from reflection.service._sse import Event, StreamTooLarge, events
 
-__all__ = ["ChatChoice", "data_event", "error_event", "named_event", "relay"]
+__all__ = ["ChatChoice", "data_event", "error_event", "finished", "named_event", "nothing", "relay"]
 
 DEADLINE_MARGIN = 0.25
 """Seconds before the service's deadline at which a stream ends with its own error event (rather
