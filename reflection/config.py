@@ -74,7 +74,8 @@ class TenantConfig(BaseModel):
 
     def resolve(self, name: str, base: ReflectionConfig) -> ReflectionConfig:
         """`base` as this tenant's requests see it: its gate policy, judge and upstream applied."""
-        gate = GatePolicy.model_validate(_deep_merge(base.gate.model_dump(), self.gate))
+        overrides = _reask_from_upstream(self.gate, self.upstream)  # a tenant's own re-ask keys win
+        gate = GatePolicy.model_validate(_deep_merge(base.gate.model_dump(), overrides))
         update: dict[str, Any] = {"gate": gate}
         if "judge" in self.model_fields_set:
             update["judge"] = self.judge
@@ -199,9 +200,9 @@ class UpstreamConfig(BaseModel):
     """Environment variable holding the upstream key; unset: the client's own Authorization is passed through."""
     timeout: float = Field(default=600.0, gt=0)
     max_reflect_rounds: int = Field(default=2, ge=0, le=10)
-    """Times a refused call is sent back to the model with its feedback before `reflect_fallback`."""
+    """Alias of `gate.max_reflect_rounds`, kept for configs that set it here (see `REASK_ALIASES`)."""
     reflect_fallback: Literal["deny", "escalate"] = "deny"
-    """What a call still refused after `max_reflect_rounds` re-asks gets."""
+    """Alias of `gate.reflect_fallback`, kept for configs that set it here (see `REASK_ALIASES`)."""
     max_response_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     """The largest upstream answer (a whole reply, one streamed event, a whole stream) the gateway
     reads; a larger one fails that request (502, or an error event) and no other."""
@@ -274,6 +275,13 @@ class GatePolicy(BaseModel):
     """Judge replies kept in memory (least recently used evicted); 0 turns the cache off."""
     shadow: bool = False
     """Every decision is `allow`; the action the gate would have taken is `Decision.shadow_action`."""
+    max_reflect_rounds: int = Field(default=2, ge=0, le=10)
+    """Re-ask rounds per model turn (`reflection.reask`): times a refused call is sent back to the
+    model with its feedback before `reflect_fallback`, and the re-asks one client request may make
+    in all. Also accepted as `upstream.max_reflect_rounds` (see `REASK_ALIASES`)."""
+    reflect_fallback: Literal["deny", "escalate"] = "deny"
+    """What a call still refused after `max_reflect_rounds` re-asks gets. Also accepted as
+    `upstream.reflect_fallback`."""
 
     @field_validator("on_judge_failure")
     @classmethod
@@ -286,6 +294,19 @@ class GatePolicy(BaseModel):
             if fnmatch.fnmatchcase(tool, rule.match):
                 return rule
         return None
+
+
+REASK_ALIASES = ("max_reflect_rounds", "reflect_fallback")
+"""Re-ask settings that live in `gate:` and are still accepted under `upstream:`, where they were
+first. Which wins: at one level (the top-level config, or one tenant's overrides) a key set under
+`gate:` wins over the same key under `upstream:`; a key set only under `upstream:` is used as if
+set under `gate:`; a tenant's own setting (either spelling) wins over the top level's."""
+
+
+def _reask_from_upstream(gate: dict[str, Any], upstream: dict[str, Any] | None) -> dict[str, Any]:
+    """`gate` overrides with the re-ask keys that only `upstream` sets added (see `REASK_ALIASES`)."""
+    taken = {key: upstream[key] for key in REASK_ALIASES if upstream and key in upstream and key not in gate}
+    return {**gate, **taken} if taken else gate
 
 
 class ReflectionConfig(BaseSettings):
@@ -327,6 +348,16 @@ class ReflectionConfig(BaseSettings):
     max_line_bytes: int = Field(default=DEFAULT_MAX_LINE_BYTES, ge=1)
     """Dataset lines (JSON Lines, CSV) longer than this become error rows, so memory stays
     bounded whatever the input."""
+
+    @model_validator(mode="after")
+    def _reask_aliases(self) -> ReflectionConfig:
+        # `upstream.max_reflect_rounds` / `reflect_fallback` set and the `gate:` key not: the gate takes them.
+        if self.upstream is not None:
+            update = {key: getattr(self.upstream, key) for key in REASK_ALIASES
+                      if key in self.upstream.model_fields_set and key not in self.gate.model_fields_set}
+            if update:
+                object.__setattr__(self, "gate", self.gate.model_copy(update=update))
+        return self
 
     @model_validator(mode="after")
     def _tenants_resolve(self) -> ReflectionConfig:

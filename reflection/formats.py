@@ -734,3 +734,152 @@ def _block_text(content: Any) -> str:
                  (b if isinstance(b, str) else canonical_bytes(b).decode()) for b in content]
         return "\n".join(parts)
     return canonical_bytes(content).decode()
+
+
+# --- calls in messages, and corrected calls written back (the service's shapes) -------------
+# One block, public names: the gateway, the /v1/check route and the gate read calls from
+# messages and write corrected calls back through these, so no other module knows the shapes.
+
+
+def count_calls(call: Any) -> int:
+    """How many calls `call` holds, at most, without reading them: a list's items, a message's
+    `tool_calls` or `tool_use` blocks; anything else is one call (JSON text too: it is one value)."""
+    if isinstance(call, (list, tuple)):
+        return len(call)
+    if isinstance(call, Mapping):
+        if isinstance(call.get("tool_calls"), list):
+            return len(call["tool_calls"])
+        if call.get("role") == "assistant" and isinstance(call.get("content"), list):
+            return sum(1 for block in call["content"] if isinstance(block, Mapping) and block.get("type") == "tool_use")
+    return 1
+
+
+LEGACY_CALL = "_legacy"
+"""The key `message_calls` marks a legacy `function_call` with (it is written back as one)."""
+
+
+def message_calls(message: Mapping[str, Any]) -> list[Any] | None:
+    """The calls a Chat Completions message carries, as written (a legacy `function_call` as one
+    more call in the tool-call shape, marked `LEGACY_CALL`), or None when it carries none. Raises
+    ValueError when its `tool_calls` is not a list: such calls cannot be read, so never passed."""
+    calls = message.get("tool_calls")
+    legacy = message.get("function_call")
+    if legacy is not None:
+        call = {"id": None, "type": "function", "function": legacy, LEGACY_CALL: True}
+        calls = [*calls, call] if isinstance(calls, list) else [call]
+    if calls is None or calls == []:
+        return None
+    if not isinstance(calls, list):
+        raise ValueError("the message's tool_calls are not a list")
+    return calls
+
+
+RESPONSES_PASSED = frozenset({
+    "message", "reasoning", "web_search_call", "file_search_call", "code_interpreter_call",
+    "image_generation_call", "mcp_list_tools", "mcp_call", "compaction",
+})
+"""Responses API output items that are not calls to the client's tools: text, reasoning, and what
+the provider ran itself. `function_call` items are calls; any other type (a `custom_tool_call`,
+`local_shell_call`, `computer_call`, `mcp_approval_request`, or one newer than this list) is a
+call that cannot be checked."""
+
+ANTHROPIC_PASSED = frozenset({
+    "text", "thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result",
+    "code_execution_tool_result", "bash_code_execution_tool_result", "text_editor_code_execution_tool_result",
+    "mcp_tool_use", "mcp_tool_result", "container_upload", "citations",
+})
+"""Anthropic content blocks that are not calls to the client's tools: text, thinking, and what the
+provider ran itself. `tool_use` blocks are calls; any other type is a block that cannot be checked."""
+
+
+def output_calls(output: list[Any]) -> tuple[list[Any], list[str], str | None]:
+    """A Responses API `output` list read: its `function_call` items as written, the types of the
+    items that are neither calls nor `RESPONSES_PASSED` (calls that cannot be checked), and the
+    text of its messages (None when there is none)."""
+    calls, removed, texts = [], [], []
+    for item in output:
+        kind = item.get("type") if isinstance(item, dict) else None
+        if kind == "function_call":
+            calls.append(item)
+        elif kind not in RESPONSES_PASSED:
+            removed.append(str(kind))
+        elif kind == "message":
+            texts += [part["text"] for part in item.get("content") or () if isinstance(part, dict)
+                      and part.get("type") == "output_text" and isinstance(part.get("text"), str)]
+    return calls, removed, "".join(texts) or None
+
+
+def content_calls(content: list[Any]) -> tuple[list[Any], list[str], str | None]:
+    """An Anthropic message's `content` list read: its `tool_use` blocks as written, the types of
+    the blocks that are neither calls nor `ANTHROPIC_PASSED` (calls that cannot be checked), and
+    its text (None when there is none)."""
+    calls, removed, texts = [], [], []
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "tool_use":
+            calls.append(block)
+        elif kind not in ANTHROPIC_PASSED:
+            removed.append(str(kind))
+        elif kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+    return calls, removed, "".join(texts) or None
+
+
+def openai_corrected_call(corrected: Any, original: Any) -> dict[str, Any]:
+    """A corrected call written as the OpenAI tool call `original` was: the original's fields (id,
+    type) kept, `function` the correction's name and arguments, the arguments as JSON text."""
+    function = corrected.get("function", corrected) if isinstance(corrected, dict) else {}
+    arguments = function.get("arguments", {})
+    out = dict(original) if isinstance(original, dict) else {"type": "function"}
+    out["function"] = {"name": function.get("name"),
+                       "arguments": arguments if isinstance(arguments, str) else dumps(arguments)}
+    return out
+
+
+def corrected_call(corrected: Any, original: Any) -> dict[str, Any]:
+    """A corrected call already in `original`'s shape (`express_call`: a Responses `function_call`
+    item, an Anthropic `tool_use` block) with the original's `id`, `call_id` and `type` kept."""
+    out = dict(corrected) if isinstance(corrected, dict) else {}
+    for key in ("id", "call_id", "type"):
+        if isinstance(original, dict) and key in original:
+            out[key] = original[key]
+    return out
+
+
+def call_identity(call: Any) -> bytes:
+    """What makes two calls the same call: the tool and its arguments as read (JSON text parsed,
+    leniently as the clients' readers parse it; text that is not JSON kept as text), in any of the
+    shapes (`function.arguments`, `arguments`, Anthropic's `input`). Equal bytes: the same call."""
+    import json
+
+    function = call.get("function", call) if isinstance(call, dict) else {}
+    if not isinstance(function, dict):
+        function = {}
+    arguments = function.get("arguments", function.get("input"))
+    if isinstance(arguments, str):
+        try:
+            arguments = parse_json(arguments)
+        except ValueError:
+            try:
+                arguments = json.loads(arguments)
+            except (ValueError, RecursionError):
+                pass
+    key = [function.get("name"), arguments]
+    try:
+        return dumps(key).encode()
+    except (TypeError, ValueError, UnicodeEncodeError):
+        return json.dumps(key, ensure_ascii=True, separators=(",", ":")).encode()
+
+
+def mcp_call(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The call an MCP `tools/call` request's `params` make, in the plain shape: its `name` (""
+    when that is not a string) and its `arguments` (`{}` when absent)."""
+    name = params.get("name")
+    arguments = params.get("arguments")
+    return {"name": name if isinstance(name, str) else "", "arguments": arguments if arguments is not None else {}}
+
+
+def mcp_corrected_params(params: Mapping[str, Any], call: Mapping[str, Any], corrected: Mapping[str, Any]) -> dict[str, Any]:
+    """`tools/call` `params` with the corrected call's name and arguments (those it lacks kept from
+    `call`, the plain call `mcp_call` read); every other member (`_meta`, `task`...) kept."""
+    return {**params, "name": corrected.get("name", call["name"]), "arguments": corrected.get("arguments", call["arguments"])}

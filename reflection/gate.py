@@ -29,8 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from reflection import telemetry
 from reflection._own_words import remember
 from reflection.config import GateAction, GatePolicy, ReflectionConfig, RiskTier, ToolRule
-from reflection.formats import express_call, normalize_calls, normalize_history, normalize_tools, raw_calls
-from reflection.formats import is_parallel as _is_parallel
+from reflection.formats import express_call, is_parallel, normalize_calls, normalize_history, normalize_tools, raw_calls
 from reflection.judge import Judge, JudgeError, JudgeFatalError, MemoryJudgeCache, build_judge
 from reflection.model import History, JudgeUsage, ReflectionResult, ToolCall, ToolInventory, ValueGrounding
 from reflection.pipeline import NO_JUDGE, STATIC_FAILED, YIELD_EVERY, Reflector, assessable, siblings
@@ -143,7 +142,7 @@ class Gate:
         calls = normalize_calls(call)
         inventory = normalize_tools(tools)
         conversation = normalize_history(history)
-        if not _is_parallel(call):
+        if not is_parallel(call):
             return await self._decide(call, tuple(calls), 0, inventory, conversation, started)
         raws = raw_calls(call)
         if len(raws) != len(calls):  # cannot happen for shapes normalize_calls reads; keep the internal form

@@ -12,7 +12,7 @@ import sniffio
 
 from reflection import telemetry
 from reflection.config import ReflectionConfig
-from reflection.formats import is_parallel as _is_parallel
+from reflection.formats import is_parallel
 from reflection.formats import normalize_calls, normalize_history, normalize_tools
 from reflection.grounding import ground
 from reflection.model import (
@@ -26,7 +26,7 @@ from reflection.model import (
     ValueGrounding,
 )
 from reflection.results import ZERO_USAGE, CoreData, GroundingData, ResultData, SemanticData
-from reflection.static import check_call_data, prepare
+from reflection.static import check_call, check_call_data, check_calls, prepare
 from reflection.verdict import judge_check, overall_valid
 
 if TYPE_CHECKING:  # the judge (httpx, tenacity, openai) loads only when a reflector has one
@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # the judge (httpx, tenacity, openai) loads only when a refle
 
     from reflection.judge import Judge
 
-__all__ = ["Reflector", "core_data", "reflect", "reflect_plain", "reflect_sync"]
+__all__ = ["STATIC_ONLY", "Reflector", "check_static", "core_data", "reflect", "reflect_plain", "reflect_sync"]
 
 NO_JUDGE = "no judge configured: static checks and grounding only"
 STATIC_FAILED = "the static stage failed (set continue_on_static to run the judge anyway)"
@@ -98,7 +98,7 @@ class Reflector:
         calls = normalize_calls(call)
         inventory = normalize_tools(tools)
         conversation = normalize_history(history)
-        if not _is_parallel(call):
+        if not is_parallel(call):
             return await self._reflect_one(calls[0], inventory, conversation, ())
         if self.judge is None or not self.config.checks or len(calls) == 1:  # one pass, no tasks
             results_in_order = []
@@ -254,13 +254,30 @@ def reflect_plain(call: Any, tools: Any, history: Any = None, *,
     calls = normalize_calls(call)
     inventory = normalize_tools(tools)
     conversation = normalize_history(history) if grounding else _NO_HISTORY
-    parallel = _is_parallel(call)
+    parallel = is_parallel(call)
     results: list[ResultData] = []
     for one in calls if parallel else calls[:1]:
         core = core_data(one, inventory, conversation, grounding)
         results.append({"call": one, "static": core["static"], "grounding": core["grounding"], "semantic": _NO_SEMANTIC,
                         "judge_skipped": NO_JUDGE, "overall_valid": core["static"]["valid"], "usage": ZERO_USAGE,
                         "warnings": core["warnings"]})
+    return results if parallel else results[0]
+
+
+STATIC_ONLY = "static stage only"
+"""Why the judge was not asked in `check_static`, when the caller gives no other reason."""
+
+
+def check_static(call: Any, tools: Any, *, judge_skipped: str = STATIC_ONLY) -> ReflectionResult | list[ReflectionResult]:
+    """The static stage's verdict on a proposed call as a `ReflectionResult` (one call: one
+    result; several, as `Reflector.reflect` reads them: one per call, in order), with no grounding
+    and no judge (`POST /v1/check`): `judge_skipped` says so, `overall_valid` is the static
+    verdict. Raises `TypeError` / `ValueError` for data the normalisers refuse, as
+    `Reflector.reflect` does."""
+    parallel = is_parallel(call)
+    statics = check_calls(call, tools) if parallel else [check_call(call, tools)]
+    results = [ReflectionResult(call=s.call, static=s, warnings=s.warnings, judge_skipped=judge_skipped,
+                                overall_valid=s.valid) for s in statics]
     return results if parallel else results[0]
 
 

@@ -1,5 +1,6 @@
-"""What every framework adapter shares: the text sent back to the model, the note on an
-applied correction, the text a person reads on escalation, and escalation itself."""
+"""What every framework adapter shares: what runs for a decision (`applied`, from
+`reflection.apply`), the text sent back to the model, the note on an applied correction, the
+text a person reads on escalation, and escalation itself."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from reflection._json import dumps
 from reflection._own_words import NOTE_MARKER
 from reflection._terminal import plain
 from reflection.errors import ReflectionError
+from reflection.apply import Applied, apply_decision, runs_as_proposed_tool
 from reflection.gate import Decision
+
+__all__ = ["NOTE_PREFIX", "Applied", "EscalationRequired", "applied", "approval_text", "blocked_text",
+           "correction_note", "quoted", "runs_as_proposed_tool", "single", "text_of"]
 
 _RESULT_LIMIT = 2000
 _NAME_LIMIT = 80
@@ -67,14 +72,6 @@ def correction_note(decision: Decision) -> str | None:
     return NOTE_PREFIX + "; ".join(changes) + "."
 
 
-def runs_as_proposed_tool(decision: Decision, name: str) -> bool:
-    """False when a `modify` decision's call names another tool than `name`: the hook then
-    refuses the call instead of running a tool the model did not call."""
-    if decision.action != "modify" or decision.result is None or decision.result.static.correction is None:
-        return True
-    return decision.result.static.correction.name == name
-
-
 def quoted(text: str, limit: int = _NAME_LIMIT) -> str:
     """Untrusted text (a tool name) as one bounded, quoted JSON string."""
     return dumps(_bounded(text, limit))
@@ -83,6 +80,13 @@ def quoted(text: str, limit: int = _NAME_LIMIT) -> str:
 def _bounded(text: str, limit: int) -> str:
     line = plain(" ".join(str(text).split()), one_line=True)
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def applied(decision: Decision, tool: str, *, corrects: bool = True) -> Applied:
+    """What a hook runs for `decision` on a call to `tool`: the call as proposed, the correction
+    (where the hook can pass corrected arguments, `corrects`), or nothing. A hook runs the tool the
+    model picked, so a correction naming another tool runs nothing (`runs_as_proposed_tool`)."""
+    return apply_decision(decision, tool=tool, corrects=corrects, renames=False)
 
 
 def single(decision: Decision | list[Decision]) -> Decision:

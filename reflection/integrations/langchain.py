@@ -37,9 +37,9 @@ from langgraph.types import Command
 from reflection.gate import Decision, Gate
 from reflection.integrations._common import (
     EscalationRequired,
+    applied,
     blocked_text,
     correction_note,
-    runs_as_proposed_tool,
     single,
 )
 
@@ -115,11 +115,12 @@ def _question(request: ToolCallRequest, specs: list[dict[str, Any]] | None) -> t
 def _outcome(decision: Decision, request: ToolCallRequest) -> ToolCallRequest | ToolMessage:
     """The request to run (the original, or the correction) or the answer in its place."""
     call = request.tool_call
-    if decision.action == "allow":
+    outcome = applied(decision, call.get("name") or "")
+    if outcome.runs == "proposed":
         return request
-    if decision.action == "modify" and runs_as_proposed_tool(decision, call.get("name") or ""):
-        return request.override(tool_call={**call, "args": decision.call["args"]})
-    if decision.action == "escalate":
+    if outcome.runs == "corrected":
+        return request.override(tool_call={**call, "args": outcome.call["args"]})
+    if outcome.escalate:
         raise EscalationRequired(decision)
     return ToolMessage(content=blocked_text(decision), tool_call_id=call.get("id") or "", name=call.get("name"),
                        status="error")

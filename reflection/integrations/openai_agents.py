@@ -35,7 +35,7 @@ from agents import Agent, FunctionTool
 from agents.tool_guardrails import ToolGuardrailFunctionOutput, ToolInputGuardrail, ToolInputGuardrailData
 
 from reflection.gate import Gate
-from reflection.integrations._common import blocked_text, single, text_of
+from reflection.integrations._common import applied, blocked_text, single, text_of
 
 __all__ = ["guard_tools", "reflection_guardrail"]
 
@@ -51,9 +51,11 @@ def reflection_guardrail(gate: Gate, *, name: str = "reflection_gate") -> ToolIn
         call = {"id": context.tool_call_id, "type": "function",
                 "function": {"name": context.tool_name, "arguments": context.tool_arguments}}
         decision = single(await gate.check(call, _tool_specs(data.agent), _history(data.agent, context.turn_input)))
-        if decision.action == "allow":
+        # A tool input guardrail cannot change the arguments: a correction is refused with its words.
+        outcome = applied(decision, context.tool_name, corrects=False)
+        if outcome.runs == "proposed":
             return ToolGuardrailFunctionOutput.allow(output_info=decision)
-        if decision.action == "escalate":
+        if outcome.escalate:
             return ToolGuardrailFunctionOutput.raise_exception(output_info=decision)
         return ToolGuardrailFunctionOutput.reject_content(blocked_text(decision), output_info=decision)
 

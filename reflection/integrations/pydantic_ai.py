@@ -48,10 +48,10 @@ from pydantic_ai.tools import ToolDefinition
 
 from reflection.gate import Decision, Gate
 from reflection.integrations._common import (
+    applied,
     approval_text,
     blocked_text,
     correction_note,
-    runs_as_proposed_tool,
     single,
     text_of,
 )
@@ -88,10 +88,11 @@ class ReflectionCapability(AbstractCapability[Any]):
             return await handler(args)
         raw = {"id": call.tool_call_id, "name": call.tool_name, "arguments": _raw_arguments(call)}
         decision = single(await self.gate.check(raw, _tool_specs(ctx, tool_def), _history(ctx.messages, call.tool_call_id)))
-        if decision.action == "allow":
+        outcome = applied(decision, call.tool_name)
+        if outcome.runs == "proposed":
             return await handler(args)
-        if decision.action == "modify" and runs_as_proposed_tool(decision, call.tool_name):
-            validated = await handler(decision.call["arguments"])
+        if outcome.runs == "corrected":
+            validated = await handler(outcome.call["arguments"])
             self._held[call.tool_call_id] = decision
             return validated
         self._held[call.tool_call_id] = decision
@@ -105,9 +106,10 @@ class ReflectionCapability(AbstractCapability[Any]):
         decision = self._held.pop(call.tool_call_id, None)
         if decision is None:
             return await handler(args)
-        if decision.action == "escalate":
+        outcome = applied(decision, call.tool_name)
+        if outcome.escalate:
             raise ApprovalRequired(metadata=_metadata(decision, approval_text(decision)))
-        note = correction_note(decision) if runs_as_proposed_tool(decision, call.tool_name) else None
+        note = correction_note(decision) if outcome.runs == "corrected" else None
         if note is None:  # reflect, deny, or a correction naming another tool
             return blocked_text(decision)
         return _with_metadata(await handler(args), _metadata(decision, note))

@@ -6,7 +6,7 @@
   a call to a tool the specs do not hold). `allow`, `modify` (the verified correction, same id),
   `reflect` (the model is asked again, once per round for every refused call together: the
   original messages, the reply's content as the assistant turn, and a user turn with one
-  `tool_result` per call saying what became of it, up to `upstream.max_reflect_rounds`), `deny`
+  `tool_result` per call saying what became of it, up to `gate.max_reflect_rounds`), `deny`
   and `escalate` as on the Chat Completions route.
 - Content blocks the gateway cannot check (a type it does not know) are removed and a note says
   so; text, thinking and what the provider ran itself (`server_tool_use`, its results) pass.
@@ -30,30 +30,26 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
-import anyio
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
+from reflection.formats import ANTHROPIC_PASSED
+from reflection.reask import Said, Turn, report
 from reflection.service._dialects import (
     ANTHROPIC,
-    ANTHROPIC_PASSED,
     UNREADABLE,
     Refused,
-    Said,
     problem,
     read_reply,
-    reply_bytes,
     reply_text,
     usage_sum,
 )
-from reflection.service._sse import Event, StreamTooLarge, events
-
-if TYPE_CHECKING:
-    from reflection.service.gateway import Call, Turn
+from reflection.service._settle import Call, answered, settle, streamed
+from reflection.service._sse import Event
+from reflection.service._stream import named_event, nothing, relay
 
 __all__ = ["DIALECT", "answer"]
 
@@ -62,39 +58,25 @@ DIALECT = ANTHROPIC
 
 async def answer(call: Call, raw: bytes) -> Response:
     """Answer one `POST /v1/messages` with tools (plain or streamed)."""
-    from reflection.service.gateway import add_usage, downstream, report, report_headers, unchanged
-
-    gateway = call.gateway
-    response = await gateway.send(gateway.url_for(DIALECT), raw, {**call.headers, "content-type": "application/json"})
+    response = await call.client.forward(call.client.url_for(DIALECT), raw, call.headers, call.secrets)
     if isinstance(response, Response):
         return response
-    if response.status != 200:
-        status, headers = response.status, response.headers
-        return unchanged(status, headers, await gateway.read(response), call.secrets)
     if call.body.get("stream"):
-        keep = downstream(response.headers)
-        keep["x-reflection-gate"] = "streamed; see the reflection field on message_delta"
-        return StreamingResponse(_relay(call, response), status_code=200, headers=keep,
-                                 media_type="text/event-stream")
+        return streamed(response, _relay(call, response), "message_delta")
     upstream_headers = response.headers
-    data = read_reply(await gateway.read(response))
+    data = read_reply(await call.client.read(response))
     if not isinstance(data, dict):
-        return gateway.failed("unreadable", 502, "the upstream's answer is not a JSON object, so the tool calls in "
-                                                 "it could not be checked")
+        return call.client.failed("unreadable", 502, "the upstream's answer is not a JSON object, so the tool calls "
+                                                     "in it could not be checked")
     said = DIALECT.said(data)
     turns: list[Turn] = []
     if said.calls or said.removed:
-        turn = await gateway.settle(DIALECT, said, call.body, call.headers, call.secrets, call.started,
-                                    [gateway.upstream.max_reflect_rounds])
+        turn = await settle(call, DIALECT, said, call.budget())
         turns.append(turn)
         data["content"] = _final_content(_passed(said.turn), turn)
         if data.get("stop_reason") == "tool_use" and not turn.calls:
             data["stop_reason"] = "end_turn"
-    out = report(turns)
-    add_usage(data, turns)
-    data["reflection"] = out
-    return Response(reply_bytes(data), status_code=200, headers={**downstream(upstream_headers), **report_headers(out)},
-                    media_type="application/json")
+    return answered(data, turns, upstream_headers)
 
 
 def _passed(content: Any) -> list[Any]:
@@ -138,45 +120,27 @@ def _index(data: dict[str, Any]) -> int:
     return index
 
 
-def _sse(data: dict[str, Any]) -> bytes:
-    return f"event: {data['type']}\ndata: ".encode() + reply_bytes(data) + b"\n\n"
-
-
 def _error(error: dict[str, Any]) -> bytes:
     """An `error` event as Anthropic sends one (the SDK raises on it)."""
-    return _sse({"type": "error", "error": {"type": error.get("type") or "api_error",
-                                            "message": str(error.get("message") or "the stream could not go on")}})
+    return named_event({"type": "error", "error": {"type": error.get("type") or "api_error",
+                                                   "message": str(error.get("message") or "the stream could not go on")}})
 
 
-async def _relay(call: Call, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+def _relay(call: Call, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
     """The upstream's events, with every tool_use block held until the message stops, then gated."""
-    from reflection.service.gateway import error_event
+    state = _Held(call.max_calls)
 
-    gateway = call.gateway
-    state = _Held(gateway.max_calls)
-    remaining = max(0.0, call.deadline - time.monotonic() - 0.25) if call.deadline is not None else float("inf")
-    limit = gateway.upstream.max_response_bytes
-    failure: str | None = "the upstream's stream did not finish in time (the request's deadline)"
-    try:
-        with anyio.move_on_after(remaining):
-            try:
-                async for event in events(response.content.iter_any(), max_bytes=limit, max_total=limit):
-                    async for out in _relay_event(call, state, event):
-                        yield out
-                failure = None
-                if not state.stopped and (state.held or state.passed):
-                    failure = "the upstream's stream ended before the message stopped; its tool calls were not passed on"
-            except StreamTooLarge as exc:
-                failure = f"{exc} (upstream.max_response_bytes)"
-            except Refused as refused:
-                failure = None
-                yield _error(error_event(refused.response)["error"])
-            except (TimeoutError, aiohttp.ClientError) as exc:
-                failure = f"the upstream's stream broke off: {type(exc).__name__}"
-        if failure is not None:
-            yield _error({"type": "api_error", "message": failure})
-    finally:
-        response.release()
+    def each(event: Event) -> AsyncIterator[bytes]:
+        return _relay_event(call, state, event)
+
+    def unfinished() -> str | None:
+        if not state.stopped and (state.held or state.passed):
+            return "the upstream's stream ended before the message stopped; its tool calls were not passed on"
+        return None
+
+    return relay(response, call.deadline, call.client.config.max_response_bytes, each=each, end=nothing,
+                 unfinished=unfinished, refused=lambda error: _error(error["error"]),
+                 broken=lambda why: _error({"type": "api_error", "message": why}))
 
 
 async def _relay_event(call: Call, state: _Held, event: Event) -> AsyncIterator[bytes]:
@@ -192,7 +156,7 @@ async def _relay_event(call: Call, state: _Held, event: Event) -> AsyncIterator[
         message = data.get("message") if isinstance(data.get("message"), dict) else {}
         state.start_usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
         data["message"] = {**message, "content": []}  # calls only ever come whole
-        yield _sse(data)
+        yield named_event(data)
         return
     if kind == "message_delta" or (kind == "message_stop" and not state.stopped):
         if not state.stopped:
@@ -202,7 +166,7 @@ async def _relay_event(call: Call, state: _Held, event: Event) -> AsyncIterator[
         if kind == "message_delta":
             return
     if kind in ("message_stop", "ping", "error") or not kind.startswith("content_block_"):
-        yield _sse(data)
+        yield named_event(data)
         return
     if state.stopped:
         raise Refused(problem(502, "the upstream sent a content block after the message stopped"))
@@ -230,7 +194,7 @@ async def _relay_event(call: Call, state: _Held, event: Event) -> AsyncIterator[
     if index in state.held:
         return
     data["index"] = state.index[index]
-    yield _sse(data)
+    yield named_event(data)
 
 
 _TEXT_DELTAS = {"text_delta": "text", "thinking_delta": "thinking"}
@@ -264,29 +228,25 @@ def _settle_block(state: _Held, index: int) -> None:
 
 async def _finish(call: Call, state: _Held, data: dict[str, Any] | None) -> AsyncIterator[bytes]:
     """Gate the held calls, send what comes of them whole, then the message_delta with the report."""
-    from reflection.service.gateway import Turn, report
-
-    gateway = call.gateway
     for index in {*state.parts, *(index for index, _ in state.texts)}:  # blocks never stopped: their parts as they are
         _settle_block(state, index)
     said = state.said()
     turn = Turn()
     if said.calls or said.removed:
-        turn = await gateway.settle(DIALECT, said, call.body, call.headers, call.secrets, call.started,
-                                    [gateway.upstream.max_reflect_rounds])
+        turn = await settle(call, DIALECT, said, call.budget())
     position = len(state.passed)
     if turn.notes:
         text = "\n".join(turn.notes)
-        yield _sse({"type": "content_block_start", "index": position, "content_block": {"type": "text", "text": ""}})
-        yield _sse({"type": "content_block_delta", "index": position, "delta": {"type": "text_delta", "text": text}})
-        yield _sse({"type": "content_block_stop", "index": position})
+        yield named_event({"type": "content_block_start", "index": position, "content_block": {"type": "text", "text": ""}})
+        yield named_event({"type": "content_block_delta", "index": position, "delta": {"type": "text_delta", "text": text}})
+        yield named_event({"type": "content_block_stop", "index": position})
         position += 1
     for block in turn.calls:
         arguments = block.get("input")
-        yield _sse({"type": "content_block_start", "index": position, "content_block": {**block, "input": {}}})
-        yield _sse({"type": "content_block_delta", "index": position,
+        yield named_event({"type": "content_block_start", "index": position, "content_block": {**block, "input": {}}})
+        yield named_event({"type": "content_block_delta", "index": position,
                     "delta": {"type": "input_json_delta", "partial_json": reply_text(arguments)}})
-        yield _sse({"type": "content_block_stop", "index": position})
+        yield named_event({"type": "content_block_stop", "index": position})
         position += 1
     if data is None:
         data = {"type": "message_delta", "delta": {"stop_reason": "tool_use" if turn.calls else "end_turn",
@@ -298,4 +258,4 @@ async def _finish(call: Call, state: _Held, data: dict[str, Any] | None) -> Asyn
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         data["usage"] = usage_sum({**state.start_usage, **usage}, turn.usage)
     data["reflection"] = report([turn])
-    yield _sse(data)
+    yield named_event(data)

@@ -5,29 +5,39 @@ model about what was refused, bounded rounds) is one loop for every API. What di
 shape: where the calls sit in a reply, which history and specs the gate reads, how a re-ask
 request shows the model its turn and what became of each call, and how a call is written back
 in its own shape. A `Dialect` answers exactly those questions for one API (Chat Completions,
-the Responses API, Anthropic Messages); the reading of foreign call and history shapes for
-the gate itself stays in `reflection.formats`.
+the Responses API, Anthropic Messages). Reading calls from a reply and writing a corrected call
+back are `reflection.formats`' (`message_calls`, `output_calls`, `content_calls`,
+`openai_corrected_call`, `corrected_call`): a dialect says which of them its API uses.
 
 Also here: the small helpers the gateway's modules share (refusals, lenient JSON as the
-clients' readers accept it, the gate's remembered notes).
+clients' readers accept it, usage sums).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
 from starlette.responses import Response
 
+from reflection import formats
 from reflection._json import dumps, parse_json
-from reflection._own_words import remember
 from reflection.errors import Refused
-from reflection.model import quoted
+from reflection.formats import (
+    ANTHROPIC_PASSED,
+    LEGACY_CALL,
+    RESPONSES_PASSED,
+    call_identity,
+    content_calls,
+    corrected_call,
+    openai_corrected_call,
+    output_calls,
+)
+from reflection.reask import Said, Turn
 
 __all__ = ["ANTHROPIC", "CHAT", "UNREADABLE", "AnthropicDialect", "ChatDialect", "Dialect", "Refused",
-           "ResponsesDialect", "Said", "first_message", "identity", "input_items", "lenient", "lenient_dumps", "message_calls", "note", "problem", "quoted",
-           "read_reply", "reply_bytes", "reply_text", "usage_sum"]
+           "ResponsesDialect", "first_message", "input_items", "lenient", "lenient_dumps",
+           "message_calls", "problem", "read_reply", "reply_bytes", "reply_text", "usage_sum"]
 
 
 def problem(status: int, detail: str) -> Response:
@@ -73,25 +83,6 @@ def reply_text(data: Any) -> str:
     return reply_bytes(data).decode()
 
 
-def note(text: str) -> str:
-    """A line the gateway writes into a conversation: remembered, so it never counts as evidence."""
-    remember(text)
-    return text
-
-
-def identity(call: Any) -> bytes:
-    """What makes two calls the same call: the tool and its arguments (read, not as written), in
-    any of the shapes (`function.arguments`, `arguments`, Anthropic's `input`)."""
-    function = call.get("function", call) if isinstance(call, dict) else {}
-    if not isinstance(function, dict):
-        function = {}
-    arguments = function.get("arguments", function.get("input"))
-    if isinstance(arguments, str):
-        parsed = read_reply(arguments.encode())
-        arguments = arguments if parsed is UNREADABLE else parsed
-    return reply_bytes([function.get("name"), arguments])
-
-
 def usage_sum(first: Any, more: list[Any]) -> Any:
     """`first` (a usage object) with every integer top-level field of `more` added."""
     if not more:
@@ -104,18 +95,6 @@ def usage_sum(first: Any, more: list[Any]) -> Any:
             if type(value) is int and type(out.get(key, 0)) is int:
                 out[key] = out.get(key, 0) + value
     return out
-
-
-@dataclasses.dataclass
-class Said:
-    """One model turn as the gateway reads it: the calls to gate, the whole turn in the API's
-    shape (for a re-ask: the model sees what it said), its text, and the types of the call-like
-    items the gateway cannot check (removed, and said so)."""
-
-    calls: list[Any]
-    turn: Any = None
-    text: str | None = None
-    removed: list[str] = dataclasses.field(default_factory=list)
 
 
 class Dialect:
@@ -154,11 +133,7 @@ class Dialect:
 
     def corrected(self, corrected: Any, original: Any) -> Any:
         """The gate's verified correction in the call's own shape, keeping the original's ids."""
-        out = dict(corrected) if isinstance(corrected, dict) else {}
-        for key in ("id", "call_id", "type"):
-            if isinstance(original, dict) and key in original:
-                out[key] = original[key]
-        return out
+        return corrected_call(corrected, original)
 
     def call_id(self, call: Any) -> Any:
         """The id a result refers the call by."""
@@ -167,6 +142,10 @@ class Dialect:
     def with_id(self, call: dict[str, Any], call_id: str) -> dict[str, Any]:
         """`call` under another id (one id per call in a final reply)."""
         return {**call, "id": call_id}
+
+    def identity(self, call: Any) -> bytes:
+        """What makes two calls the same call (`formats.call_identity`)."""
+        return call_identity(call)
 
 
 def _reask_body(body: dict[str, Any], key: str, conversation: list[Any]) -> dict[str, Any]:
@@ -207,27 +186,35 @@ class ChatDialect(Dialect):
 
     def corrected(self, corrected: Any, original: Any) -> dict[str, Any]:
         """The corrected call in the OpenAI shape, with the original call's id and arguments as JSON text."""
-        function = corrected.get("function", corrected) if isinstance(corrected, dict) else {}
-        arguments = function.get("arguments", {})
-        out = dict(original) if isinstance(original, dict) else {"type": "function"}
-        out["function"] = {"name": function.get("name"),
-                           "arguments": arguments if isinstance(arguments, str) else dumps(arguments)}
-        return out
+        return openai_corrected_call(corrected, original)
+
+    def write(self, choice: dict[str, Any], message: dict[str, Any], turn: Turn) -> None:
+        """Put a settled turn into the reply's message: kept calls, and text for removed ones."""
+        legacy = [c for c in turn.calls if isinstance(c, dict) and c.get(LEGACY_CALL)]
+        calls = [c for c in turn.calls if not (isinstance(c, dict) and c.get(LEGACY_CALL))]
+        message.pop("function_call", None)
+        if legacy:
+            function = legacy[0].get("function", {})
+            message["function_call"] = {"name": function.get("name"), "arguments": function.get("arguments")}
+        if turn.notes:
+            content = message.get("content")
+            message["content"] = "\n\n".join([content, "\n".join(turn.notes)] if content else ["\n".join(turn.notes)])
+        if calls:
+            message["tool_calls"] = calls
+        else:
+            message.pop("tool_calls", None)
+            if choice.get("finish_reason") in ("tool_calls", "function_call") and not legacy:
+                choice["finish_reason"] = "stop"
 
 
 def message_calls(message: dict[str, Any]) -> list[Any] | None:
-    """The calls a Chat Completions message carries (a legacy `function_call` as one call), or None."""
-    calls = message.get("tool_calls")
-    legacy = message.get("function_call")
-    if legacy is not None:
-        call = {"id": None, "type": "function", "function": legacy, "_legacy": True}
-        calls = [*calls, call] if isinstance(calls, list) else [call]
-    if calls is None or calls == []:
-        return None
-    if not isinstance(calls, list):
+    """The calls a Chat Completions message carries (a legacy `function_call` as one call), or None
+    (`formats.message_calls`); `Refused` when they cannot be read."""
+    try:
+        return formats.message_calls(message)
+    except ValueError:
         raise Refused(problem(502, "the upstream's message has tool_calls that are not a list, so they could "
-                                   "not be checked"))
-    return calls
+                                   "not be checked")) from None
 
 
 def first_message(reply: dict[str, Any]) -> dict[str, Any] | None:
@@ -241,23 +228,13 @@ def first_message(reply: dict[str, Any]) -> dict[str, Any] | None:
 
 def _wire(call: Any, fallback_id: str) -> dict[str, Any]:
     """A call as the upstream reads it in a re-ask's history: OpenAI shape, with an id."""
-    out = {k: v for k, v in call.items() if k != "_legacy"} if isinstance(call, dict) else {"type": "function"}
+    out = {k: v for k, v in call.items() if k != LEGACY_CALL} if isinstance(call, dict) else {"type": "function"}
     if not isinstance(out.get("id"), str) or not out["id"]:
         out["id"] = fallback_id
     return out
 
 
 # --- the Responses API ------------------------------------------------------------------------
-
-RESPONSES_PASSED = frozenset({
-    "message", "reasoning", "web_search_call", "file_search_call", "code_interpreter_call",
-    "image_generation_call", "mcp_list_tools", "mcp_call", "compaction",
-})
-"""Output items the client gets as they are: text, reasoning, and what the provider ran itself.
-`function_call` items are gated; any other type (a `custom_tool_call`, `local_shell_call`,
-`computer_call`, `mcp_approval_request`, or one newer than this list) is a call the gateway cannot
-check, so it is removed and the client told."""
-
 
 class ResponsesDialect(Dialect):
     """The Responses API: `function_call` output items, `input` (plus `instructions` and, for a
@@ -283,17 +260,8 @@ class ResponsesDialect(Dialect):
         if not isinstance(output, list):
             raise Refused(problem(502, "the upstream's response has no `output` list, so the tool calls in it could "
                                        "not be checked"))
-        calls, removed, texts = [], [], []
-        for item in output:
-            kind = item.get("type") if isinstance(item, dict) else None
-            if kind == "function_call":
-                calls.append(item)
-            elif kind not in RESPONSES_PASSED:
-                removed.append(str(kind))
-            elif kind == "message":
-                texts += [part["text"] for part in item.get("content") or () if isinstance(part, dict)
-                          and part.get("type") == "output_text" and isinstance(part.get("text"), str)]
-        return Said(calls, output, "".join(texts) or None, removed)
+        calls, removed, text = output_calls(output)
+        return Said(calls, output, text, removed)
 
     def extend(self, conversation: list[Any], said: Said, calls: list[Any], results: list[str],
                round_: int) -> tuple[list[Any], list[Any]]:
@@ -331,15 +299,6 @@ def _wired_item(call: Any, fallback_id: str) -> dict[str, Any]:
 
 # --- Anthropic Messages -----------------------------------------------------------------------
 
-ANTHROPIC_PASSED = frozenset({
-    "text", "thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result",
-    "code_execution_tool_result", "bash_code_execution_tool_result", "text_editor_code_execution_tool_result",
-    "mcp_tool_use", "mcp_tool_result", "container_upload", "citations",
-})
-"""Content blocks the client gets as they are: text, thinking, and what the provider ran itself.
-`tool_use` blocks are gated; any other type is a block the gateway cannot check: removed, and said so."""
-
-
 class AnthropicDialect(Dialect):
     """Anthropic Messages: `tool_use` blocks, `messages` (plus `system`) as history, `tool_result` blocks."""
 
@@ -358,16 +317,8 @@ class AnthropicDialect(Dialect):
         if not isinstance(content, list):
             raise Refused(problem(502, "the upstream's message has no `content` list, so the tool calls in it could "
                                        "not be checked"))
-        calls, removed, texts = [], [], []
-        for block in content:
-            kind = block.get("type") if isinstance(block, dict) else None
-            if kind == "tool_use":
-                calls.append(block)
-            elif kind not in ANTHROPIC_PASSED:
-                removed.append(str(kind))
-            elif kind == "text" and isinstance(block.get("text"), str):
-                texts.append(block["text"])
-        return Said(calls, content, "".join(texts) or None, removed)
+        calls, removed, text = content_calls(content)
+        return Said(calls, content, text, removed)
 
     def extend(self, conversation: list[Any], said: Said, calls: list[Any], results: list[str],
                round_: int) -> tuple[list[Any], list[Any]]:

@@ -12,12 +12,17 @@ give them as `additional_provider_specific_params.tools` in the guardrail's Lite
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from reflection._json import dumps
+from reflection.apply import apply_decision
 from reflection.model import quoted
+from reflection.service._metrics import TenantMetrics
+
+if TYPE_CHECKING:
+    from reflection.gate import Decision, Gate
 
 __all__ = ["PATH", "GuardrailRequest", "GuardrailResponse", "apply"]
 
@@ -54,7 +59,7 @@ _NO_TOOLS_HINT = ("LiteLLM sends tool specs only with input_type 'request'; for 
                   "additional_provider_specific_params.tools in the guardrail's LiteLLM config")
 
 
-def _explain(decision: Any) -> str:
+def _explain(decision: Decision) -> str:
     """One refused call, for LiteLLM's `blocked_reason`: what is wrong, and the correction once."""
     text = decision.feedback or decision.reason
     if decision.action == "modify":
@@ -73,18 +78,21 @@ def _history(request: GuardrailRequest) -> list[dict[str, Any]] | None:
     return messages if isinstance(messages, list) and messages else None
 
 
-async def apply(gate: Any, request: GuardrailRequest, metrics: Any, *, started: float | None = None) -> dict[str, Any]:
+async def apply(gate: Gate, request: GuardrailRequest, metrics: TenantMetrics, *,
+                started: float | None = None) -> dict[str, Any]:
     """Gate the request's tool calls and answer in the Generic Guardrail API's shape (`started`:
-    when the request arrived, for the gate's deadline)."""
+    when the request arrived, for the gate's deadline). LiteLLM cannot run a corrected call, so
+    only calls that run as proposed pass (`reflection.apply`)."""
     calls = request.tool_calls or []
     if not calls:
         return {"action": "NONE", "reflection": {"actions": [], "decisions": []}}
     params = request.additional_provider_specific_params or {}
     tools = request.tools if request.tools else params.get("tools")
-    decisions = await gate.check(list(calls), tools, _history(request), started=started)
+    decided = await gate.check(list(calls), tools, _history(request), started=started)
+    decisions = decided if isinstance(decided, list) else [decided]
     for decision in decisions:
         metrics.observe_decision(decision)
-    refused = [d for d in decisions if d.action != "allow"]
+    refused = [d for d in decisions if apply_decision(d, corrects=False).runs != "proposed"]
     answer: dict[str, Any] = {
         "action": "BLOCKED" if refused else "NONE",
         "reflection": {"actions": [d.action for d in decisions],

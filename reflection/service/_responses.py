@@ -6,7 +6,7 @@
   `allow`, `modify` (the verified correction, same `call_id`), `reflect` (the model is asked
   again, once per round for every refused call together: the original `input`, the reply's
   output items, and one `function_call_output` per call saying what became of it, up to
-  `upstream.max_reflect_rounds` rounds), `deny` and `escalate` (the call is removed and a
+  `gate.max_reflect_rounds` rounds), `deny` and `escalate` (the call is removed and a
   message item says so; escalated calls are listed under `reflection.escalated`).
 - Output items the gateway cannot check (`custom_tool_call`, `local_shell_call`,
   `computer_call`, `mcp_approval_request`, any type it does not know) are removed and a note
@@ -35,30 +35,27 @@
 from __future__ import annotations
 
 import collections
-import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
-import anyio
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
+from reflection.formats import RESPONSES_PASSED
+from reflection.reask import Said, Turn, report
 from reflection.service._dialects import (
-    RESPONSES_PASSED,
     UNREADABLE,
     Refused,
     ResponsesDialect,
-    Said,
     problem,
     read_reply,
     reply_bytes,
     reply_text,
     usage_sum,
 )
-from reflection.service._sse import Event, StreamTooLarge, events
-
-if TYPE_CHECKING:
-    from reflection.service.gateway import Call, Turn
+from reflection.service._settle import Call, answered, settle, streamed
+from reflection.service._sse import Event
+from reflection.service._stream import named_event, nothing, relay
 
 __all__ = ["DIALECT", "ResponseMemory", "answer"]
 
@@ -113,43 +110,30 @@ class ResponseMemory:
         return [item for items in reversed(chain) for item in items]
 
 
-async def answer(call: Call, raw: bytes) -> Response:
-    """Answer one `POST /v1/responses` with tools (plain or streamed)."""
-    gateway = call.gateway
-    dialect = ResponsesDialect(gateway.responses.earlier(call.owner, call.body.get("previous_response_id")))
-    response = await gateway.send(gateway.url_for(dialect), raw, {**call.headers, "content-type": "application/json"})
+async def answer(call: Call, raw: bytes, memory: ResponseMemory) -> Response:
+    """Answer one `POST /v1/responses` with tools (plain or streamed); `memory` holds the turns
+    relayed before (read for `previous_response_id`, and this one added)."""
+    dialect = ResponsesDialect(memory.earlier(call.owner, call.body.get("previous_response_id")))
+    response = await call.client.forward(call.client.url_for(dialect), raw, call.headers, call.secrets)
     if isinstance(response, Response):
         return response
-    from reflection.service.gateway import add_usage, downstream, report, report_headers, unchanged
-
-    if response.status != 200:
-        status, headers = response.status, response.headers
-        return unchanged(status, headers, await gateway.read(response), call.secrets)
     if call.body.get("stream"):
-        keep = downstream(response.headers)
-        keep["x-reflection-gate"] = "streamed; see the reflection field on the response's terminal event"
-        return StreamingResponse(_relay(call, dialect, response, len(raw)), status_code=200, headers=keep,
-                                 media_type="text/event-stream")
+        return streamed(response, _relay(call, dialect, memory, response, len(raw)), "the response's terminal event")
     upstream_headers = response.headers
-    content = await gateway.read(response)
+    content = await call.client.read(response)
     data = read_reply(content)
     if not isinstance(data, dict):
-        return gateway.failed("unreadable", 502, "the upstream's answer is not a JSON object, so the tool calls in "
-                                                 "it could not be checked")
+        return call.client.failed("unreadable", 502, "the upstream's answer is not a JSON object, so the tool calls "
+                                                     "in it could not be checked")
     said = DIALECT.said(data)
     turns: list[Turn] = []
     if said.calls or said.removed:
-        turns.append(await gateway.settle(dialect, said, call.body, call.headers, call.secrets, call.started,
-                                          [gateway.upstream.max_reflect_rounds]))
+        turns.append(await settle(call, dialect, said, call.budget()))
         _continue_from(data, turns[0])
         data["output"] = _final_output(_passed(said.turn), turns[0], data.get("id"))
-    out = report(turns)
-    add_usage(data, turns)
-    data["reflection"] = out
-    body = reply_bytes(data)
-    _remember(call, dialect, data, len(raw) + len(body))
-    return Response(body, status_code=200, headers={**downstream(upstream_headers), **report_headers(out)},
-                    media_type="application/json")
+    answer_ = answered(data, turns, upstream_headers)
+    _remember(call, memory, dialect, data, len(raw) + len(answer_.body))
+    return answer_
 
 
 def _continue_from(response: dict[str, Any], turn: Turn) -> None:
@@ -177,11 +161,11 @@ def _final_output(passed: list[Any], turn: Turn, response_id: Any) -> list[Any]:
     return [*passed, *([notes] if notes else []), *turn.calls]
 
 
-def _remember(call: Call, dialect: ResponsesDialect, data: dict[str, Any], size: int) -> None:
+def _remember(call: Call, memory: ResponseMemory, dialect: ResponsesDialect, data: dict[str, Any], size: int) -> None:
     output = data.get("output")
     if isinstance(output, list):
-        call.gateway.responses.remember(call.owner, data.get("id"), call.body.get("previous_response_id"),
-                                        [*dialect.conversation(call.body), *output], size)
+        memory.remember(call.owner, data.get("id"), call.body.get("previous_response_id"),
+                        [*dialect.conversation(call.body), *output], size)
 
 
 class _Held:
@@ -197,6 +181,8 @@ class _Held:
         self.arguments: dict[int, list[str]] = {}
         """Upstream output_index -> a held call's arguments so far, in parts."""
         self.sequence = 0
+        self.finished = False
+        """Whether the response's terminal event came."""
 
     def stamp(self, data: dict[str, Any]) -> dict[str, Any]:
         data["sequence_number"] = self.sequence
@@ -230,56 +216,34 @@ def _output_index(data: dict[str, Any]) -> int:
     return index
 
 
-async def _relay(call: Call, dialect: ResponsesDialect, response: aiohttp.ClientResponse,
-                 request_size: int) -> AsyncIterator[bytes]:
+def _relay(call: Call, dialect: ResponsesDialect, memory: ResponseMemory, response: aiohttp.ClientResponse,
+           request_size: int) -> AsyncIterator[bytes]:
     """The upstream's events, with every call-like item held until the response ends, then gated."""
-    from reflection.service.gateway import error_event
+    state = _Held(call.max_calls)
 
-    gateway = call.gateway
-    state = _Held(gateway.max_calls)
-    remaining = max(0.0, call.deadline - time.monotonic() - 0.25) if call.deadline is not None else float("inf")
-    limit = gateway.upstream.max_response_bytes
-    failure: str | None = "the upstream's stream did not finish in time (the request's deadline)"
-    try:
-        with anyio.move_on_after(remaining):
-            try:
-                finished = False
-                async for event in events(response.content.iter_any(), max_bytes=limit, max_total=limit):
-                    async for out in _relay_event(call, dialect, state, event, request_size):
-                        if out is None:
-                            finished = True
-                            continue
-                        yield out
-                failure = None
-                if not finished and (state.held or state.passed):
-                    failure = "the upstream's stream ended before the response did; its tool calls were not passed on"
-            except StreamTooLarge as exc:
-                failure = f"{exc} (upstream.max_response_bytes)"
-            except Refused as refused:
-                failure = None
-                yield _error(state, error_event(refused.response)["error"])
-            except (TimeoutError, aiohttp.ClientError) as exc:
-                failure = f"the upstream's stream broke off: {type(exc).__name__}"
-        if failure is not None:
-            yield _error(state, {"message": failure, "type": "reflection_gateway_error", "code": None})
-    finally:
-        response.release()
+    def each(event: Event) -> AsyncIterator[bytes]:
+        return _relay_event(call, dialect, memory, state, event, request_size)
+
+    def unfinished() -> str | None:
+        if not state.finished and (state.held or state.passed):
+            return "the upstream's stream ended before the response did; its tool calls were not passed on"
+        return None
+
+    return relay(response, call.deadline, call.client.config.max_response_bytes, each=each, end=nothing,
+                 unfinished=unfinished, refused=lambda error: _error(state, error["error"]),
+                 broken=lambda why: _error(state, {"message": why, "type": "reflection_gateway_error", "code": None}))
 
 
 def _error(state: _Held, error: dict[str, Any]) -> bytes:
     """An `error` event as the Responses API sends one, with the error object the SDKs raise on."""
     data = state.stamp({"type": "error", "code": error.get("code"), "message": error.get("message"),
                         "param": error.get("param"), "error": error})
-    return _sse(data)
+    return named_event(data)
 
 
-def _sse(data: dict[str, Any]) -> bytes:
-    return f"event: {data['type']}\ndata: ".encode() + reply_bytes(data) + b"\n\n"
-
-
-async def _relay_event(call: Call, dialect: ResponsesDialect, state: _Held, event: Event,
-                       request_size: int) -> AsyncIterator[bytes | None]:
-    """What the client gets for one upstream event; None marks the response's end."""
+async def _relay_event(call: Call, dialect: ResponsesDialect, memory: ResponseMemory, state: _Held, event: Event,
+                       request_size: int) -> AsyncIterator[bytes]:
+    """What the client gets for one upstream event (the terminal one marks `state.finished`)."""
     if event.data is None:
         yield event.encode()  # comments, retry hints
         return
@@ -292,14 +256,14 @@ async def _relay_event(call: Call, dialect: ResponsesDialect, state: _Held, even
                                    "it could not be checked"))
     kind = data["type"]
     if kind in _TERMINAL:
-        yield None
-        async for out in _finish(call, dialect, state, data, request_size):
+        state.finished = True
+        async for out in _finish(call, dialect, memory, state, data, request_size):
             yield out
         return
     if kind in _SNAPSHOTS and isinstance(data.get("response"), dict):
         data["response"] = {**data["response"], "output": list(state.passed)}  # calls only ever come whole
     if "output_index" not in data:
-        yield _sse(state.stamp(data))
+        yield named_event(state.stamp(data))
         return
     index = _output_index(data)
     if kind == "response.output_item.added":
@@ -324,7 +288,7 @@ async def _relay_event(call: Call, dialect: ResponsesDialect, state: _Held, even
     data["output_index"] = state.index[index]
     if kind == "response.output_item.done" and isinstance(data.get("item"), dict):
         state.passed[state.index[index]] = data["item"]
-    yield _sse(state.stamp(data))
+    yield named_event(state.stamp(data))
 
 
 def _hold(state: _Held, index: int, kind: str, data: dict[str, Any]) -> None:
@@ -344,18 +308,14 @@ def _hold(state: _Held, index: int, kind: str, data: dict[str, Any]) -> None:
         state.arguments.pop(index, None)
 
 
-async def _finish(call: Call, dialect: ResponsesDialect, state: _Held, data: dict[str, Any],
+async def _finish(call: Call, dialect: ResponsesDialect, memory: ResponseMemory, state: _Held, data: dict[str, Any],
                   request_size: int) -> AsyncIterator[bytes]:
     """Gate the held calls, send what comes of them whole, then the terminal event with the final output."""
-    from reflection.service.gateway import Turn, report
-
-    gateway = call.gateway
     final = data.get("response") if isinstance(data.get("response"), dict) else {}
     said = state.said(final)
     turn = Turn()
     if said.calls or said.removed:
-        turn = await gateway.settle(dialect, said, call.body, call.headers, call.secrets, call.started,
-                                    [gateway.upstream.max_reflect_rounds])
+        turn = await settle(call, dialect, said, call.budget())
     final = dict(final)
     _continue_from(final, turn)
     notes = _note_item(turn, final.get("id"))
@@ -374,15 +334,15 @@ async def _finish(call: Call, dialect: ResponsesDialect, state: _Held, data: dic
         response["usage"] = usage_sum(final["usage"], turn.usage)
     response["reflection"] = report([turn])
     data["response"] = response
-    _remember(call, dialect, response, request_size + len(reply_bytes(output)))
-    yield _sse(state.stamp(data))
+    _remember(call, memory, dialect, response, request_size + len(reply_bytes(output)))
+    yield named_event(state.stamp(data))
 
 
 def _message_events(state: _Held, item: dict[str, Any], index: int) -> list[bytes]:
     part = item["content"][0]
     text = part["text"]
     common = {"item_id": item["id"], "output_index": index, "content_index": 0}
-    return [_sse(state.stamp(data)) for data in (
+    return [named_event(state.stamp(data)) for data in (
         {"type": "response.output_item.added", "output_index": index, "item": {**item, "status": "in_progress",
                                                                                "content": []}},
         {"type": "response.content_part.added", **common, "part": {**part, "text": ""}},
@@ -396,7 +356,7 @@ def _message_events(state: _Held, item: dict[str, Any], index: int) -> list[byte
 def _call_events(state: _Held, item: dict[str, Any], index: int) -> list[bytes]:
     arguments = item.get("arguments") if isinstance(item.get("arguments"), str) else reply_text(item.get("arguments"))
     common = {"item_id": item.get("id"), "output_index": index}
-    return [_sse(state.stamp(data)) for data in (
+    return [named_event(state.stamp(data)) for data in (
         {"type": "response.output_item.added", "output_index": index,
          "item": {**item, "arguments": "", "status": "in_progress"}},
         {"type": "response.function_call_arguments.delta", **common, "delta": arguments},

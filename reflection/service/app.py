@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import httpx
@@ -20,14 +20,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reflection._json import dumps, parse_json
 from reflection.config import DEFAULT_TENANT, ReflectionConfig
-from reflection.formats import is_parallel as _is_parallel
-from reflection.model import ReflectionResult
+from reflection.formats import count_calls
 from reflection.pipeline import Reflector
+from reflection.pipeline import check_static as check_call  # the name /v1/check's one library call goes by
 from reflection.rows import InputRow, RowError, parse_line, read_row, result_row
 from reflection.service import _guardrail
 from reflection.service._metrics import CONTENT_TYPE_LATEST, Metrics, TenantMetrics
 from reflection.service._middleware import TENANT, ServiceMiddleware, arrival
-from reflection.static import check_call, check_calls
+
+if TYPE_CHECKING:
+    from reflection.gate import Gate
+    from reflection.service.gateway import Gateway
 
 __all__ = ["DecisionOut", "ResultRow", "RowIn", "create_app"]
 
@@ -98,9 +101,9 @@ class _Tenant:
     def __init__(self, config: ReflectionConfig, metrics: TenantMetrics):
         self.config = config
         self.metrics = metrics
-        self.gate: Any = None
+        self.gate: Gate | None = None
         self.reflector: Reflector | None = None
-        self.gateway: Any = None
+        self.gateway: Gateway | None = None
 
 
 class _State:
@@ -142,25 +145,13 @@ def _read_row(raw: Any, max_calls: int) -> InputRow:
         row = read_row(raw, 1)
     except RowError as exc:
         raise HTTPException(422, str(exc)) from None
-    _limit_calls(_count_calls(row.call), max_calls)
+    _limit_calls(count_calls(row.call), max_calls)
     return row
 
 
 def _json_type(value: Any) -> str:
     return {dict: "an object", list: "an array", bool: "a boolean", float: "a number with a fraction"}.get(
         type(value), type(value).__name__)
-
-
-def _count_calls(call: Any) -> int:
-    """How many calls a row's `call` holds, as the gate and the reflector will read them."""
-    if isinstance(call, (list, tuple)):
-        return len(call)
-    if isinstance(call, Mapping):
-        if isinstance(call.get("tool_calls"), list):
-            return len(call["tool_calls"])
-        if call.get("role") == "assistant" and isinstance(call.get("content"), list):
-            return sum(1 for block in call["content"] if isinstance(block, Mapping) and block.get("type") == "tool_use")
-    return 1
 
 
 def _limit_calls(count: int, limit: int) -> None:
@@ -291,14 +282,11 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         row = _read_row(await read_json(request), max_calls)
         started = time.perf_counter()
         try:
-            statics = check_calls(row.call, row.tools) if _is_parallel(row.call) else [check_call(row.call, row.tools)]
+            results = check_call(row.call, row.tools, judge_skipped=STATIC_ONLY)
         except (TypeError, ValueError) as exc:
             raise HTTPException(422, f"row {row.id}: cannot be checked: {type(exc).__name__}: {exc}") from None
-        results = [ReflectionResult(call=s.call, static=s, warnings=s.warnings, judge_skipped=STATIC_ONLY,
-                                    overall_valid=s.valid) for s in statics]
-        state.tenant(request).metrics.observe_results(results)
-        out: ReflectionResult | list[ReflectionResult] = results if _is_parallel(row.call) else results[0]
-        return _json(result_row(row.id, out, latency_ms=(time.perf_counter() - started) * 1000))
+        state.tenant(request).metrics.observe_results(results if isinstance(results, list) else [results])
+        return _json(result_row(row.id, results, latency_ms=(time.perf_counter() - started) * 1000))
 
     @app.post("/v1/gate", tags=["reflection"], openapi_extra=_ROW_BODY, response_model=DecisionOut)
     async def gate_route(request: Request) -> Response:
@@ -306,6 +294,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         several calls, `{"id", "decisions": [...]}` in call order."""
         row = _read_row(await read_json(request), max_calls)
         tenant = state.tenant(request)
+        assert tenant.gate is not None
         try:
             decided = await tenant.gate.check(row.call, row.tools, row.history, started=arrival(request.scope))
         except (TypeError, ValueError) as exc:
@@ -328,6 +317,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         with the feedback as `blocked_reason`."""
         body = _read_guardrail(await request.body(), max_calls)
         tenant = state.tenant(request)
+        assert tenant.gate is not None
         answer = await _guardrail.apply(tenant.gate, body, tenant.metrics, started=arrival(request.scope))
         return _json(answer, headers={"x-reflection-actions": ",".join(answer["reflection"]["actions"])})
 

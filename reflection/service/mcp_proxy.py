@@ -38,7 +38,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -52,9 +52,13 @@ from pydantic import ValidationError
 
 from reflection._json import printable
 from reflection._terminal import plain
+from reflection.apply import apply_decision
 from reflection.config import ReflectionConfig
 from reflection.errors import UnreadableMessage
-from reflection.formats import normalize_tools
+from reflection.formats import mcp_call, mcp_corrected_params, normalize_tools
+
+if TYPE_CHECKING:
+    from reflection.gate import Gate
 
 __all__ = ["HttpFront", "LineSplitter", "McpProxy", "ServerProcess", "UnreadableMessage", "correction_note",
            "decode_line", "http_upstream", "run_proxy", "stdio_streams", "stdio_upstream"]
@@ -346,7 +350,7 @@ class McpProxy:
     `UnreadableMessage` says what could be recovered). `server_ended` says why the server's
     stream ended; `request_timeout` bounds the proxy's own requests."""
 
-    def __init__(self, gate: Any, client_read: Any, client_write: Any, server_read: Any, server_write: Any, *,
+    def __init__(self, gate: Gate, client_read: Any, client_write: Any, server_read: Any, server_write: Any, *,
                  server_ended: Callable[[], Awaitable[str]] | None = None, request_timeout: float = REQUEST_TIMEOUT):
         self.gate = gate
         self.client_read, self.client_write = client_read, client_write
@@ -629,29 +633,29 @@ class McpProxy:
         key = _key(request.id)
         params = request.params if isinstance(request.params, dict) else {}
         name = params.get("name")
-        arguments = params.get("arguments")
         await self._ensure_tools(params.get("_meta"))
-        call = {"name": name if isinstance(name, str) else "", "arguments": arguments if arguments is not None else {}}
+        call = mcp_call(params)
         # No conversation: the proxy sees only the call. Checks that need one are not assessed.
         decision = await self.gate.check(call, self._tool_inventory(), None)
+        assert not isinstance(decision, list)  # one call, one decision
         log.info("tools/call", extra={"event": "mcp_tools_call", "actions": decision.action, "route": _quoted(name)})
         if key not in self._pending:  # the client cancelled it while it was checked
             return
-        if decision.action in ("allow", "modify") and self.server_gone is not None:
+        applied = apply_decision(decision, call)
+        if applied.runs != "nothing" and self.server_gone is not None:
             self._pending.pop(key, None)
             await self._error_to_client(request.id, _INTERNAL_ERROR, f"reflection: {self.server_gone}")
             return
-        if decision.action == "allow":
+        if applied.runs == "proposed":
             self._unsent.discard(key)
             if not await self._to_server(item):
                 self._pending.pop(key, None)
                 await self._error_to_client(request.id, _INTERNAL_ERROR, f"reflection: {self.server_gone}")
             return
-        if decision.action == "modify" and isinstance(decision.call, dict):
-            new_name = decision.call.get("name", call["name"])
-            new_arguments = decision.call.get("arguments", call["arguments"])
-            self._pending[key] = _Pending("tools/call", correction_note(call["name"], call["arguments"], new_name, new_arguments))
-            corrected = {**params, "name": new_name, "arguments": new_arguments}
+        if applied.runs == "corrected" and isinstance(applied.call, dict):
+            corrected = mcp_corrected_params(params, call, applied.call)
+            self._pending[key] = _Pending("tools/call", correction_note(call["name"], call["arguments"], corrected["name"],
+                                                                       corrected["arguments"]))
             data = request.model_dump(by_alias=True, exclude_unset=True)
             self._unsent.discard(key)
             if not await self._to_server(SessionMessage(types.jsonrpc_message_adapter.validate_python({**data, "params": corrected}))):
@@ -659,7 +663,7 @@ class McpProxy:
                 await self._error_to_client(request.id, _INTERNAL_ERROR, f"reflection: {self.server_gone}")
             return
         self._pending.pop(key, None)
-        await self._refuse(request.id, decision.feedback or decision.reason)
+        await self._refuse(request.id, applied.text)
 
     # -- answers -------------------------------------------------------------------------------
 
@@ -768,7 +772,7 @@ class HttpFront:
     (for a command, its own child server), ended with the session (DELETE, idle timeout or the
     proxy's shutdown). Run it with `serve()`."""
 
-    def __init__(self, gate: Any, upstream: Upstream, *, path: str = "/mcp", request_timeout: float = REQUEST_TIMEOUT,
+    def __init__(self, gate: Gate, upstream: Upstream, *, path: str = "/mcp", request_timeout: float = REQUEST_TIMEOUT,
                  max_sessions: int = 100, idle_timeout: float = 600.0, security_settings: Any = None):
         self.gate = gate
         self.upstream = upstream
