@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from reflection.judge import Judge, JudgeConfig
 from reflection.scoring import JUDGED_KEYS, SCORE_KEYS, ascore_files, score_files
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "scoring"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scoring"
 PREDICTIONS, REFERENCES = EXAMPLES / "predictions.jsonl", EXAMPLES / "references.jsonl"
 BASE = "http://score-judge.test/v1"
 ROW_KEYS = ["id", "expected_tool", "predicted_tool", *SCORE_KEYS, *JUDGED_KEYS,

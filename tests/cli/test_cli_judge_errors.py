@@ -17,7 +17,7 @@ from reflection.batch._synthetic import synthetic_rows, write_jsonl
 from reflection.cli import app
 from reflection.testing.server import FaultyStandInJudge
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 runner = CliRunner()
 
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 import reflection.scoring.response as response
 from reflection.scoring import find_wordnet, meteor, score_files
-from tests.test_scoring_cli import app, write
+from tests.scoring.test_scoring_cli import app, write
 
 NEEDS_WORDNET = pytest.mark.skipif(
     find_wordnet() is None,

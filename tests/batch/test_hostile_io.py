@@ -1,6 +1,6 @@
 """Hostile and faulty files through the real `reflection` commands (issue 11, the I/O items).
 
-Each test names the item it covers. Commands run in-process through the typer app (the same
+Each test is named after the behaviour it holds. Commands run in-process through the typer app (the same
 object the `reflection` script runs) unless a second process is the point: the output lock,
 and loading the pytest plugin and the stand-in server without the `testing` extra.
 """
@@ -68,7 +68,7 @@ def rows_by_id(path):
 # --- item 2: a bad row in any reader is an error row, and the rows after it are written ------
 
 
-def test_item2_jsonl_bad_utf8_surrogate_escape_and_bom_lines(tmp_path):
+def test_jsonl_bad_utf8_surrogate_escape_and_bom_lines(tmp_path):
     src = tmp_path / "in.jsonl"
     bad_utf8 = json.dumps(good_row("bad-bytes")).encode().replace(b"Paris", b"Par\xffis")
     surrogate = json.dumps(good_row("x")).replace('"x"', '"lone"', 1).replace("Paris", "\\ud800").encode() + b"\n"
@@ -82,7 +82,7 @@ def test_item2_jsonl_bad_utf8_surrogate_escape_and_bom_lines(tmp_path):
     assert "surrogate" in rows["line-3"]["error"]
 
 
-def test_item2_json_array_bad_utf8_and_surrogate_escape_elements(tmp_path):
+def test_json_array_bad_utf8_and_surrogate_escape_elements(tmp_path):
     src = tmp_path / "in.json"
     parts = [json.dumps(good_row("first")).encode(),
              json.dumps(good_row("bad-bytes")).encode().replace(b"Paris", b"Pa\xc3ris"),
@@ -99,7 +99,7 @@ def test_item2_json_array_bad_utf8_and_surrogate_escape_elements(tmp_path):
     assert "element 3 of in.json is not valid JSON" in rows["lone"]["error"]
 
 
-def test_item2_csv_bad_utf8_record(tmp_path):
+def test_csv_bad_utf8_record(tmp_path):
     src = tmp_path / "in.csv"
     header = b"id,call,tools\n"
 
@@ -118,7 +118,7 @@ def test_item2_csv_bad_utf8_record(tmp_path):
     assert "not valid UTF-8 (byte 0xe9" in rows["line-2"]["error"]
 
 
-def test_item2_parquet_json_column_with_a_surrogate_escape(tmp_path):
+def test_parquet_json_column_with_a_surrogate_escape(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     rows = [good_row("a"), good_row("b"), good_row("c")]
@@ -153,7 +153,7 @@ def hostile_file(tmp_path):
     return src
 
 
-def test_item3_hostile_ids_survive_batch_and_report_as_plain_text(tmp_path):
+def test_hostile_ids_survive_batch_and_report_as_plain_text(tmp_path):
     src, out = hostile_file(tmp_path), tmp_path / "out.jsonl"
     result = invoke("batch", src, "-o", out, "--no-progress")
     assert result.exit_code == 0, (result.output, result.exception)
@@ -166,7 +166,7 @@ def test_item3_hostile_ids_survive_batch_and_report_as_plain_text(tmp_path):
     assert invoke("report", out, "--json").exit_code == 0
 
 
-def test_item3_error_messages_on_the_terminal_carry_no_control_codes(tmp_path):
+def test_error_messages_on_the_terminal_carry_no_control_codes(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text('judge: {base_url: http://x, model: m, "\\e[31mkey": 1}\n')  # YAML's \e is ESC
     line = assert_user_error(invoke("check", hostile_file(tmp_path), "--config", cfg), "unknown key")
@@ -176,7 +176,7 @@ def test_item3_error_messages_on_the_terminal_carry_no_control_codes(tmp_path):
 # --- item 8: a bounded line size ---------------------------------------------------------------
 
 
-def test_item8_a_line_over_max_line_bytes_is_an_error_row_and_the_run_goes_on(tmp_path):
+def test_a_line_over_max_line_bytes_is_an_error_row_and_the_run_goes_on(tmp_path):
     src = tmp_path / "in.jsonl"
     huge = {"id": "huge", "call": {"name": "x", "arguments": {"blob": "z" * 50_000}}}
     src.write_bytes(jsonl_bytes(good_row("a"), huge, good_row("b")))
@@ -188,7 +188,7 @@ def test_item8_a_line_over_max_line_bytes_is_an_error_row_and_the_run_goes_on(tm
     assert "line 2 is longer than the 4,096-byte limit" in rows["line-2"]["error"]
 
 
-def test_item8_an_endless_line_from_a_pipe_is_read_in_bounded_memory(tmp_path):
+def test_an_endless_line_from_a_pipe_is_read_in_bounded_memory(tmp_path):
     fifo = tmp_path / "in.jsonl"
     os.mkfifo(fifo)
     zeros = 24 * 1024 * 1024  # /dev/zero's kind of line, bounded so the test ends
@@ -217,14 +217,14 @@ def test_item8_an_endless_line_from_a_pipe_is_read_in_bounded_memory(tmp_path):
     assert peak < zeros / 4, peak  # the 24 MB line was never held
 
 
-def test_item8_and_14_a_device_is_refused_at_once():
+def test_a_device_is_refused_at_once():
     assert_user_error(invoke("check", "/dev/zero", "--static-only"), "/dev/zero is a device")
 
 
 # --- item 10: the output is never one of the inputs -------------------------------------------
 
 
-def test_item10_check_refuses_its_input_as_output_also_through_a_symlink(tmp_path):
+def test_check_refuses_its_input_as_output_also_through_a_symlink(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_bytes(jsonl_bytes(good_row("a")))
     before = src.read_bytes()
@@ -235,7 +235,7 @@ def test_item10_check_refuses_its_input_as_output_also_through_a_symlink(tmp_pat
     assert src.read_bytes() == before
 
 
-def test_item10_score_refuses_predictions_or_references_as_output(tmp_path):
+def test_score_refuses_predictions_or_references_as_output(tmp_path):
     predictions = tmp_path / "p.jsonl"
     references = tmp_path / "r.jsonl"
     predictions.write_bytes(example_path("scoring/predictions.jsonl").read_bytes())
@@ -251,7 +251,7 @@ def test_item10_score_refuses_predictions_or_references_as_output(tmp_path):
 # --- item 11: only a last line without a newline is partial; foreign files are refused ---------
 
 
-def test_item11_batch_refuses_an_output_that_is_not_result_rows_and_leaves_it_unchanged(tmp_path):
+def test_batch_refuses_an_output_that_is_not_result_rows_and_leaves_it_unchanged(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_bytes(jsonl_bytes(good_row("a")))
     notes = tmp_path / "notes.txt"
@@ -263,7 +263,7 @@ def test_item11_batch_refuses_an_output_that_is_not_result_rows_and_leaves_it_un
     assert notes.read_text() == "a note I want to keep\n"
 
 
-def test_item11_a_partial_last_row_is_still_cut_and_resumed(tmp_path):
+def test_a_partial_last_row_is_still_cut_and_resumed(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_bytes(jsonl_bytes(good_row("a"), good_row("b")))
     out = tmp_path / "out.jsonl"
@@ -279,7 +279,7 @@ def test_item11_a_partial_last_row_is_still_cut_and_resumed(tmp_path):
 # --- item 12: one writer per output -----------------------------------------------------------
 
 
-def test_item12_a_second_batch_on_a_locked_output_stops_and_names_the_holder(tmp_path):
+def test_a_second_batch_on_a_locked_output_stops_and_names_the_holder(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_bytes(jsonl_bytes(good_row("a")))
     out = tmp_path / "out.jsonl"
@@ -307,7 +307,7 @@ def test_item12_a_second_batch_on_a_locked_output_stops_and_names_the_holder(tmp
 # --- item 13: one error line, exit 2 ------------------------------------------------------------
 
 
-def test_item13_check_creates_a_missing_output_directory_and_reads_a_json_array(tmp_path):
+def test_check_creates_a_missing_output_directory_and_reads_a_json_array(tmp_path):
     src = tmp_path / "in.json"
     src.write_text(json.dumps([good_row("a"), good_row("b")]))
     out = tmp_path / "new" / "dir" / "out.jsonl"
@@ -317,7 +317,7 @@ def test_item13_check_creates_a_missing_output_directory_and_reads_a_json_array(
     assert all("error" not in row for row in rows_by_id(out).values())
 
 
-def test_item13_check_output_that_is_a_directory_or_unwritable(tmp_path):
+def test_check_output_that_is_a_directory_or_unwritable(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_bytes(jsonl_bytes(good_row("a")))
     assert_user_error(invoke("check", src, "-o", tmp_path), "is a directory")
@@ -331,7 +331,7 @@ def test_item13_check_output_that_is_a_directory_or_unwritable(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["check", "batch", "score"])
-def test_item13_bad_configuration_in_every_command(tmp_path, command):
+def test_bad_configuration_in_every_command(tmp_path, command):
     src = tmp_path / "in.jsonl"
     src.write_bytes(jsonl_bytes(good_row("a")))
     args = {"check": ["check", src], "batch": ["batch", src, "-o", tmp_path / "o.jsonl"],
@@ -347,7 +347,7 @@ def test_item13_bad_configuration_in_every_command(tmp_path, command):
         assert_user_error(invoke(*args, "--mode", "bogus"), "mode: Input should be 'combined' or 'per_check'")
 
 
-def test_item13_report_on_rows_whose_usage_is_not_an_object(tmp_path):
+def test_report_on_rows_whose_usage_is_not_an_object(tmp_path):
     out = tmp_path / "out.jsonl"
     out.write_text(json.dumps({"id": "a", "overall_valid": True, "usage": "lots"}) + "\n")
     assert_user_error(invoke("report", out), "row 'a': \"usage\" must be an object of numbers")
@@ -356,7 +356,7 @@ def test_item13_report_on_rows_whose_usage_is_not_an_object(tmp_path):
 # --- item 14: messages that say what is wrong ---------------------------------------------------
 
 
-def test_item14_invalid_utf8_is_not_called_a_surrogate_problem(tmp_path):
+def test_invalid_utf8_is_not_called_a_surrogate_problem(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_bytes(b'{"id": "a\xff", "call": {"name": "f"}}\n')
     out = tmp_path / "out.jsonl"
@@ -365,7 +365,7 @@ def test_item14_invalid_utf8_is_not_called_a_surrogate_problem(tmp_path):
     assert "not valid UTF-8" in error and "surrogate" not in error
 
 
-def test_item14_a_fifo_is_read_not_reported_missing(tmp_path):
+def test_a_fifo_is_read_not_reported_missing(tmp_path):
     fifo = tmp_path / "in.jsonl"
     os.mkfifo(fifo)
     writer = threading.Thread(target=lambda: fifo.write_bytes(jsonl_bytes(good_row("a"))), daemon=True)
@@ -392,7 +392,7 @@ def without_respx(tmp_path):
     return env
 
 
-def test_item18_pytest_runs_without_respx_and_the_fixture_names_the_extra(tmp_path):
+def test_pytest_runs_without_respx_and_the_fixture_names_the_extra(tmp_path):
     env = without_respx(tmp_path)
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # respx's own plugin would not be installed either; load ours by name
     tests = tmp_path / "suite"
@@ -410,7 +410,7 @@ def test_item18_pytest_runs_without_respx_and_the_fixture_names_the_extra(tmp_pa
     assert 'pip install "toolcall-reflection[testing]"' in run.stdout
 
 
-def test_item18_the_stand_in_server_starts_without_respx(tmp_path):
+def test_the_stand_in_server_starts_without_respx(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "reflection.testing.server", "--idle-timeout", "5"],
                             env=without_respx(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -422,7 +422,7 @@ def test_item18_the_stand_in_server_starts_without_respx(tmp_path):
 
 
 
-def test_item12_the_lock_moves_with_the_rewrite_that_replaces_judge_failures(tmp_path):
+def test_the_lock_moves_with_the_rewrite_that_replaces_judge_failures(tmp_path):
     from reflection.batch._output import OutputFile, OutputLocked
 
     out = tmp_path / "out.jsonl"

@@ -17,7 +17,7 @@ from reflection.scoring import (
     tool_call_equivalence,
     trajectory_correctness,
 )
-from tests.test_scoring_cli import app
+from tests.scoring.test_scoring_cli import app
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {

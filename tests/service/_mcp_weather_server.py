@@ -1,4 +1,4 @@
-"""A small MCP server for tests/test_mcp_proxy.py, run over stdio: two tools and one resource.
+"""A small MCP server for tests/service/test_mcp_proxy.py, run over stdio: two tools and one resource.
 With `--http PORT` it serves streamable HTTP on 127.0.0.1:PORT/mcp instead, for two minutes at most.
 
 Every call it executes is appended to the file named by $CALLS_LOG, so a test can see which

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from reflection.scoring import JUDGED_KEYS, SCORE_KEYS, score_files
 from reflection.cli.score import score
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "scoring"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scoring"
 
 
 def app() -> typer.Typer:

@@ -45,7 +45,7 @@ def test_the_docs_show_the_message_the_helper_writes(fake_judge):
     fake_judge.script("general_hallucination_check", score=1, evidence=[ASKED],
                       explanation="The user asked about A-17, not B-99.")
     message = failure({"name": "get_order", "arguments": {"order_id": "B-99"}}, fake_judge)
-    assert message in (Path(__file__).resolve().parents[1] / "docs" / "testing.md").read_text()
+    assert message in (Path(__file__).resolve().parents[2] / "docs" / "testing.md").read_text()
 
 
 def test_static_failures_list_their_findings_and_the_correction_without_a_judge():

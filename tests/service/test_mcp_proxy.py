@@ -1,4 +1,4 @@
-"""`reflection mcp-proxy` in front of a small MCP server (tests/_mcp_weather_server.py), driven by the
+"""`reflection mcp-proxy` in front of a small MCP server (tests/service/_mcp_weather_server.py), driven by the
 MCP SDK's own client over stdio: schemas learned from tools/list, tools/call checked, refusals as
 MCP tool errors with the feedback, corrections run with a note, everything else passed through.
 The hostile cases are in test_mcp_proxy_hostile.py."""

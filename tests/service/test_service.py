@@ -25,7 +25,7 @@ from reflection.testing.upstream import StandInModel  # noqa: E402
 
 pytestmark = pytest.mark.slow  # processes, servers or a browser: `pytest -m "not slow"` leaves them out
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "calls.jsonl"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "calls.jsonl"
 KEYS = ["test-key-one", "test-key-two"]
 AUTH = {"Authorization": f"Bearer {KEYS[0]}"}
 MAX_BODY = 64 * 1024

@@ -15,11 +15,11 @@ from reflection.cli import app as batch_app
 from reflection.batch.html import MAX_ROWS, BatchHtmlReport, ScoreHtmlReport, batch_report_html
 from reflection.scoring import ScoreSummary
 from reflection.testing.server import StandInJudge
-from tests.test_scoring_cli import app as score_app
+from tests.scoring.test_scoring_cli import app as score_app
 
 pytestmark = pytest.mark.slow  # processes, servers or a browser: `pytest -m "not slow"` leaves them out
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NEEDS_CHROMIUM = pytest.mark.skipif(CHROMIUM is None, reason="needs a headless browser: apt-get install chromium")
