@@ -236,11 +236,18 @@ def test_with_two_workers_new_connections_during_the_drain_are_refused(tmp_path,
     try:
         wait_in_flight(server.url, 4)
         server.terminate()
-        time.sleep(0.5)  # the supervisor polls its signals every 0.5 s
+        # The supervisor polls its signals every 0.5 s (later on a loaded machine): until it has
+        # closed the listening socket a new connection may still be served. Once closed, a new
+        # one is refused, or reset if the kernel had queued it just before the close; either way
+        # it is not served, and that happens within seconds, while the old requests still run.
         started = time.monotonic()
-        with pytest.raises(httpx.ConnectError):
-            httpx.get(server.url + "/healthz", timeout=5)
-        assert time.monotonic() - started < 2
+        while True:
+            try:
+                httpx.get(server.url + "/healthz", timeout=5)
+            except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
+                break
+            assert time.monotonic() - started < 5, "new connections were still served 5 s into the drain"
+            time.sleep(0.1)
     finally:
         for thread in threads:
             thread.join()
