@@ -28,6 +28,7 @@ from typing import Any
 
 from reflection._json import dumps, json_type
 from reflection._lru import LRU
+from reflection._text import shorten
 from reflection.model import ToolCall, trusted
 
 NAME_CUTOFF = 0.8
@@ -260,4 +261,4 @@ def _unique(values: list[Any]) -> list[Any]:
 
 def _show(value: Any, limit: int = 60) -> str:
     text = dumps(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shorten(text, limit, ellipsis="...")

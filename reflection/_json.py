@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from reflection._text import LONE_SURROGATE, has_lone_surrogate, printable
 from reflection.errors import JSONTooDeep
 
 # orjson reads integers beyond 64 bits as floats; such text goes to the exact stdlib parser.
@@ -231,14 +232,6 @@ MAX_INT_DIGITS = 4300
 
 _BIG = 10**MAX_INT_DIGITS  # an integer at or beyond this has more than MAX_INT_DIGITS digits
 _NEG_BIG = -_BIG  # a constant: negating _BIG on every test would copy 1,800 bytes each time
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _bad_text(text: str) -> bool:
-    # isascii() is O(1) in CPython (a flag on the string): the usual case costs nothing.
-    return not text.isascii() and _SURROGATE.search(text) is not None
-
-
 _NEAR = 8  # levels `_scan` walks by recursion (fastest for the usual shallow call); deeper ones iteratively
 
 
@@ -256,12 +249,12 @@ def _scan(value: Any, depth: int = 1) -> int:
             if type(key) is not str or not key.isascii():  # isascii() is O(1) in CPython
                 if type(key) is not str:
                     return 0
-                if _SURROGATE.search(key):
+                if LONE_SURROGATE.search(key):
                     found = PLAIN | FINITE
         value = value.values()
     elif not (kind is list or kind is tuple):
         if kind is str:
-            return found if value.isascii() or not _SURROGATE.search(value) else PLAIN | FINITE
+            return found if value.isascii() or not LONE_SURROGATE.search(value) else PLAIN | FINITE
         if kind is int:
             return found if _NEG_BIG < value < _BIG else PLAIN | FINITE
         if kind is bool or value is None:
@@ -272,7 +265,7 @@ def _scan(value: Any, depth: int = 1) -> int:
     for item in value:
         kind = type(item)
         if kind is str:
-            if item.isascii() or not _SURROGATE.search(item):
+            if item.isascii() or not LONE_SURROGATE.search(item):
                 continue
             found &= ~SOUND
         elif kind is int:
@@ -304,13 +297,13 @@ def _scan_far(value: Any, depth: int) -> int:
             for key in node:
                 if type(key) is not str:
                     return 0
-                if not key.isascii() and _SURROGATE.search(key):
+                if not key.isascii() and LONE_SURROGATE.search(key):
                     found &= ~SOUND
             node = node.values()
         for item in node:
             kind = type(item)
             if kind is str:
-                if not item.isascii() and _SURROGATE.search(item):
+                if not item.isascii() and LONE_SURROGATE.search(item):
                     found &= ~SOUND
             elif kind is int:
                 if not _NEG_BIG < item < _BIG:
@@ -366,11 +359,11 @@ def value_problem(value: Any) -> str | None:
     for path, node, depth in _walk(value):
         if depth >= MAX_DEPTH and isinstance(node, (dict, list, tuple)):
             return _too_deep().args[0]
-        if isinstance(node, str) and _bad_text(node):
+        if isinstance(node, str) and has_lone_surrogate(node):
             return f"a lone surrogate at {printable(path)} (not valid Unicode text)"
         if isinstance(node, dict):
             for key in node:
-                if isinstance(key, str) and _bad_text(key):
+                if isinstance(key, str) and has_lone_surrogate(key):
                     return f"a lone surrogate in a key at {printable(path)} (not valid Unicode text)"
         if isinstance(node, int) and not _NEG_BIG < node < _BIG:
             return f"an integer at {printable(path)} with more than {MAX_INT_DIGITS} digits (too long to convert to text)"
@@ -380,16 +373,11 @@ def value_problem(value: Any) -> str | None:
 def _has_bad_text(value: Any) -> bool:
     """True when a string or key with a lone surrogate hides anywhere in `value`."""
     for _, node, _ in _walk(value):
-        if isinstance(node, str) and _bad_text(node):
+        if isinstance(node, str) and has_lone_surrogate(node):
             return True
-        if isinstance(node, dict) and any(isinstance(key, str) and _bad_text(key) for key in node):
+        if isinstance(node, dict) and any(isinstance(key, str) and has_lone_surrogate(key) for key in node):
             return True
     return False
-
-
-def printable(text: str) -> str:
-    """`text` with lone surrogates escaped as `\\udXXX`, so it can be written as UTF-8."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8") if _bad_text(text) else text
 
 
 _VOUCHED: dict[int, tuple[Any, int]] = {}  # id(value) -> (value, its flags); the entry keeps it alive

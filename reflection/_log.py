@@ -11,7 +11,7 @@ import logging
 import sys
 from typing import TextIO
 
-from reflection._terminal import plain
+from reflection._text import terminal_safe
 
 __all__ = ["warnings_to_stderr"]
 
@@ -25,7 +25,7 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
         self.setLevel(logging.WARNING)
 
     def format(self, record: logging.LogRecord) -> str:
-        return "warning: " + plain(record.getMessage(), one_line=True)
+        return "warning: " + terminal_safe(record.getMessage(), one_line=True)
 
     @property  # type: ignore[override]
     def stream(self) -> TextIO:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from reflection._text import shorten
 from reflection.batch.inputs import read_source
 from reflection.config import ReflectionConfig
 from reflection.errors import LabelError
@@ -132,7 +133,7 @@ def _read_label(label: Any) -> tuple[tuple[bool, dict[str, bool]], str | None]:
         return nothing, f"no \"label\" object; add e.g. {example}"
     valid = label.get("valid")
     if not isinstance(valid, bool):
-        return nothing, f"\"label.valid\" must be true or false, got {_short(valid)}"
+        return nothing, f"\"label.valid\" must be true or false, got {shorten(repr(valid), 40, ellipsis='...')}"
     checks = label.get("checks", {})
     if not isinstance(checks, Mapping):
         return nothing, "\"label.checks\" must be an object mapping check names to true (passes) or false"
@@ -146,11 +147,6 @@ def _read_label(label: Any) -> tuple[tuple[bool, dict[str, bool]], str | None]:
     if valid and failing:
         return nothing, f"labelled valid but with failing check(s) {failing}; a valid call passes every check"
     return (valid, dict(checks)), None
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 # --- reflecting them ------------------------------------------------------------------------

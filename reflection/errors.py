@@ -28,7 +28,7 @@ each is still importable from the module that raises it (`reflection.config.Conf
     ├── UnreadableMessage                   an MCP line that is not a JSON-RPC message
     └── Refused                             an upstream answer the gateway cannot pass on
 
-This is the base layer: it imports nothing from a higher one (only `_terminal`, beside it,
+This is the base layer: it imports nothing from a higher one (only `_text`, beside it,
 when a `NotAResultRow` words its message), so every module can import it. (*) For that reason
 `EscalationRequired` is defined in `reflection.integrations`: its message is the approval text
 written there, from a gate's `Decision`. `JudgeError.usage` is a `reflection.model.JudgeUsage`
@@ -168,12 +168,12 @@ class NotAResultRow(ReflectionError, ValueError):
     """A row without `overall_valid`: the file is not a reflection output (a dataset, most often)."""
 
     def __init__(self, row: Mapping[str, Any], path: str | Path | None = None):
-        from reflection._terminal import plain
+        from reflection._text import terminal_safe
 
         self.row = row
         looks = " (it has the members of an input row)" if _INPUT_MEMBERS & set(row) else ""
         where = f"{path} is not a reflection result file: its" if path is not None else "this is not a result row: the"
-        super().__init__(f"{where} row {plain(str(row.get('id')), one_line=True)[:80]!r} has no \"overall_valid\"{looks}; "
+        super().__init__(f"{where} row {terminal_safe(str(row.get('id')), one_line=True)[:80]!r} has no \"overall_valid\"{looks}; "
                          "report on the output of `reflection batch` or `reflection check`, e.g. "
                          "`reflection batch DATASET -o results.jsonl` then `reflection report results.jsonl`")
 

@@ -22,12 +22,12 @@ from reflection._json import (
     dumps,
     has_non_finite,
     parse_json,
-    printable,
     require_json_like,
     value_problem,
     vouch_json_like,
 )
 from reflection._lru import LRU
+from reflection._text import printable
 from reflection._own_words import strip_own_words
 from reflection.model import History, Message, SpecProblem, ToolCall, ToolInventory, ToolSpec, trusted_from
 

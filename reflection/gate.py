@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from reflection import telemetry
 from reflection._own_words import remember
+from reflection._text import shorten
 from reflection.config import GateAction, GatePolicy, ReflectionConfig, RiskTier, ToolRule
 from reflection.formats import express_call, is_parallel, normalize_calls, normalize_history, normalize_tools, raw_calls
 from reflection.judge import Judge, JudgeError, JudgeFatalError, MemoryJudgeCache, build_judge
@@ -275,11 +276,12 @@ class Gate:
         if not errors:
             return "judge uncertain on " + ", ".join(unknown)
         error = errors[0]
+        detail = shorten(" ".join(error.split()), _REASON_DETAIL)
         if any(code in error for code in _AUTH_ERRORS):
-            return f"judge authentication failed ({_short(error)}); check the judge API key"
+            return f"judge authentication failed ({detail}); check the judge API key"
         if error.startswith(DEADLINE_PASSED):
             return f"judge did not answer within the {self.policy.deadline_ms:g} ms deadline"
-        return f"judge failed ({_short(error)})"
+        return f"judge failed ({detail})"
 
     def _finish(self, action: GateAction, raw: Any, call: ToolCall, reason: str,
                 result: ReflectionResult | None, started: float) -> Decision:
@@ -336,11 +338,6 @@ def _removes(original: Any, corrected: Any) -> bool:
             return bool(original)
         return len(corrected) < len(original) or any(_removes(a, b) for a, b in zip(original, corrected))
     return False
-
-
-def _short(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= _REASON_DETAIL else line[: _REASON_DETAIL - 1] + "…"
 
 
 class _SyncRunner:

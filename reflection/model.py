@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import re
-import unicodedata
 from collections.abc import Iterable
 from typing import Any, Literal, NamedTuple, TypeVar
 
@@ -18,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from reflection._json import dumps
 from reflection._own_words import FEEDBACK_HEADERS
+from reflection._text import FEEDBACK_LIMIT, plain_line, quoted, shorten
+from reflection._text import plain_line as plain_text
 from reflection.results import (  # the check names are the contract's; here for the models' users
     CHECK_PASSED,
     SEMANTIC_CATEGORIES,
@@ -36,7 +37,7 @@ __all__ = [
     "JudgeUsage", "Message", "PASSED", "ReflectionResult", "SemanticCheckResult", "SemanticCorrection", "SemanticStatus",
     "SpecFormat", "SpecProblem", "StaticResult", "ToolCall", "ToolInventory", "ToolSpec", "ValueGrounding", "ValueSource",
     "ValueSourceKind", "plain_text", "quoted", "trusted", "trusted_from",
-]
+]  # plain_text (`reflection._text.plain_line`) and quoted stay here for the users who import them
 
 SpecFormat = Literal["openai", "function", "anthropic", "mcp", "parameter_list", "native"]
 
@@ -391,24 +392,23 @@ class ReflectionResult(_Frozen):
             if semantic is None or semantic.status == "passed":
                 continue
             if semantic.status == "failed":
-                lines.append(f"- {check} (score {semantic.score}/5): {plain_text(semantic.explanation) or 'no explanation given'}")
+                lines.append(f"- {check} (score {semantic.score}/5): {plain_line(semantic.explanation) or 'no explanation given'}")
                 parameters = self._implicated(semantic)
                 if parameters:
                     lines.append(f"  parameters: {', '.join(parameters)}")
                 lines.extend(_correction_lines(semantic.correction))
             elif semantic.status == "uncertain":
                 lines.append(f"- {check} could not be confirmed (judge confidence {semantic.confidence}): "
-                             f"{plain_text(semantic.explanation) or 'no explanation given'}")
+                             f"{plain_line(semantic.explanation) or 'no explanation given'}")
             elif semantic.status == "error":
-                lines.append(f"- {check} could not be checked: {plain_text(semantic.error or 'the judge failed')}")
+                lines.append(f"- {check} could not be checked: {plain_line(semantic.error or 'the judge failed')}")
             elif semantic.status == "skipped":
-                lines.append(f"- {check} not assessed: {plain_text(semantic.explanation) or 'not assessable here'}")
+                lines.append(f"- {check} not assessed: {plain_line(semantic.explanation) or 'not assessable here'}")
         correction = self.static.correction
         if correction is not None:
             lines.append(f"Suggested call (passes the static checks): {quoted(correction.name)} "
                          f"{_plain_value(correction.arguments)}")
-        text = "\n".join(lines)
-        return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+        return shorten("\n".join(lines), max_chars)
 
     def _implicated(self, semantic: SemanticCheckResult) -> list[str]:
         """Argument paths a failed judge check is about: those its evidence, explanation or
@@ -429,35 +429,19 @@ class ReflectionResult(_Frozen):
 
 
 _FEEDBACK_FINDINGS = 5
-_FEEDBACK_TEXT = 300
-_NAME_TEXT = 120
 _PLAIN_PATH = re.compile(r"[\w$.\[\]-]*")
-
-
-def plain_text(text: str, limit: int = _FEEDBACK_TEXT) -> str:
-    """Untrusted text as one plain line: control and format characters (escape sequences,
-    bidi overrides, zero-width marks) removed, whitespace collapsed, length bounded."""
-    cleaned = "".join(" " if unicodedata.category(ch)[0] in "CZ" else ch for ch in text)
-    cleaned = " ".join(cleaned.split())
-    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
-
-
-def quoted(text: Any, limit: int = _NAME_TEXT) -> str:
-    """A model- or tool-supplied name as one bounded, quoted plain string: it reads as data in
-    feedback and notes, never as an instruction ("SYSTEM: ..." in a tool name stays inside its quotes)."""
-    return dumps(plain_text(str(text), limit) or "(no name)")
 
 
 def _path(path: str) -> str:
     """An argument path as written when it is plain (`$.items[0].qty`), else quoted: paths
     carry the call's own keys."""
-    return path if _PLAIN_PATH.fullmatch(path) else quoted(path, _FEEDBACK_TEXT)
+    return path if _PLAIN_PATH.fullmatch(path) else quoted(path, FEEDBACK_LIMIT)
 
 
 def _finding_text(finding: Finding) -> str:
     """A finding's message with its path quoted when the path carries unusual keys."""
-    message = plain_text(finding.message)
-    plain_path = plain_text(finding.path)
+    message = plain_line(finding.message)
+    plain_path = plain_line(finding.path)
     shown = _path(finding.path)
     if message.startswith(plain_path):
         return shown + message[len(plain_path):]
@@ -470,11 +454,12 @@ def _mentions(text: str, needle: str) -> bool:
 
 
 def _plain_value(value: Any) -> str:
+    """A value as one plain line of its JSON text (or its `str` when it is not JSON)."""
     try:
         text = dumps(value)
     except (TypeError, ValueError):
         text = str(value)
-    return plain_text(text)
+    return plain_line(text)
 
 
 def _correction_lines(correction: SemanticCorrection | None) -> list[str]:
@@ -486,5 +471,5 @@ def _correction_lines(correction: SemanticCorrection | None) -> list[str]:
     if correction.better_function:
         lines.append(f"  better tool: {quoted(correction.better_function)}")
     if correction.missing_prerequisite:
-        lines.append(f"  first: {plain_text(correction.missing_prerequisite)}")
+        lines.append(f"  first: {plain_line(correction.missing_prerequisite)}")
     return lines

@@ -29,8 +29,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from reflection._own_words import remember
+from reflection._text import plain_line, quoted
 from reflection.apply import Applied, apply_decision
-from reflection.model import plain_text, quoted
 
 if TYPE_CHECKING:
     from reflection.config import GatePolicy
@@ -250,9 +250,9 @@ def _escalate(call: Any, decision: Decision, turn: Turn) -> None:
     turn.applied.append("escalate")
     turn.escalated.append({"call": call, "feedback": decision.feedback, "reason": decision.reason})
     turn.notes.append(note(f"The call to {quoted(decision.tool)} is waiting for a person's approval "
-                           f"({plain_text(decision.reason)})."))
+                           f"({plain_line(decision.reason)})."))
 
 
 def _deny(decision: Decision, turn: Turn) -> None:
     turn.applied.append("deny")
-    turn.notes.append(note(f"The call to {quoted(decision.tool)} was blocked by reflection ({plain_text(decision.reason)})."))
+    turn.notes.append(note(f"The call to {quoted(decision.tool)} was blocked by reflection ({plain_line(decision.reason)})."))

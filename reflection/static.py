@@ -59,6 +59,7 @@ from reflection._schemas import (
     names_at,
 )
 from reflection._lru import LRU, set_cache_size
+from reflection._text import shorten
 from reflection._json import (
     FINITE,
     SOUND,
@@ -501,7 +502,7 @@ def _show(value: Any, limit: int = 80) -> str:
         text = dumps(value)
     except (TypeError, ValueError):
         text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shorten(text, limit, ellipsis="...")
 
 
 def _either(items: list[str] | tuple[str, ...], word: str = "or") -> str:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from reflection._json import dumps
+from reflection._text import shorten
 from reflection.batch.report import (
     ReportBuilder,
     failed_checks,
@@ -53,10 +54,6 @@ _CELL = 200  # characters of one value in a failing row's details
 def _e(value: Any) -> str:
     """Text for HTML content or a quoted attribute."""
     return html.escape(str(value), quote=True)
-
-
-def _clip(text: str, limit: int = _CELL) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass
@@ -241,7 +238,7 @@ def _results(row: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def _batch_details(row: Mapping[str, Any], errors: list[str]) -> list[tuple[str, str, list[str]]]:
-    details: list[tuple[str, str, list[str]]] = [("error", _clip(message), []) for message in errors]
+    details: list[tuple[str, str, list[str]]] = [("error", shorten(message, _CELL), []) for message in errors]
     for result in _results(row):
         static, call = _mapping(result.get("static")), _mapping(result.get("call"))
         prefix = f"{call.get('name')}: " if len(_results(row)) > 1 and call.get("name") else ""
@@ -250,13 +247,13 @@ def _batch_details(row: Mapping[str, Any], errors: list[str]) -> list[tuple[str,
                 findings = check.get("findings")
                 for finding in findings if isinstance(findings, list) and findings else [{}]:
                     message = finding.get("message") if isinstance(finding, Mapping) else None
-                    details.append((f"static_{name}", prefix + _clip(str(message or "failed")), []))
+                    details.append((f"static_{name}", prefix + shorten(str(message or "failed"), _CELL), []))
         for name, check in _mapping(result.get("semantic")).items():
             if isinstance(check, Mapping) and check.get("status") == "failed":
                 quotes = check.get("evidence")
-                evidence = [_clip(str(q)) for q in quotes[:5]] if isinstance(quotes, list) else []
+                evidence = [shorten(str(q), _CELL) for q in quotes[:5]] if isinstance(quotes, list) else []
                 message = f"score {check.get('score')}/5: {check.get('explanation') or ''}"
-                details.append((f"semantic_{name}", prefix + _clip(message), evidence))
+                details.append((f"semantic_{name}", prefix + shorten(message, _CELL), evidence))
     return details
 
 
@@ -271,7 +268,7 @@ def _call_text(call: Mapping[str, Any]) -> str:
             text = f"{name} {dumps(arguments if arguments is not None else {})}"
         except (TypeError, ValueError):
             text = f"{name} {arguments!r}"
-    return _clip(text, 2 * _CELL)
+    return shorten(text, 2 * _CELL)
 
 
 def _batch_calls(row: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -283,12 +280,12 @@ def _batch_calls(row: Mapping[str, Any]) -> list[tuple[str, str, str]]:
             continue
         static = _mapping(result.get("static"))
         error = call.get("error")
-        lines.append(("proposed", _call_text(call), _clip(str(error)) if error else ""))
+        lines.append(("proposed", _call_text(call), shorten(str(error), _CELL) if error else ""))
         correction = _mapping(static.get("correction"))
         if correction:
             notes = static.get("correction_notes")
             note = "; ".join(str(n) for n in notes[:5]) if isinstance(notes, list) else ""
-            lines.append(("correction", _call_text(correction), _clip(note)))
+            lines.append(("correction", _call_text(correction), shorten(note, _CELL)))
         for name, check in _mapping(result.get("semantic")).items():
             suggestion = _mapping(check.get("correction")) if isinstance(check, Mapping) else {}
             if not suggestion or check.get("status") != "failed":
@@ -302,7 +299,7 @@ def _batch_calls(row: Mapping[str, Any]) -> list[tuple[str, str, str]]:
             if suggestion.get("missing_prerequisite"):
                 parts.append(f"first: {suggestion['missing_prerequisite']}")
             if parts:
-                lines.append(("judge suggests", _clip("; ".join(str(p) for p in parts), 2 * _CELL), str(name)))
+                lines.append(("judge suggests", shorten("; ".join(str(p) for p in parts), 2 * _CELL), str(name)))
     return lines
 
 
@@ -353,9 +350,9 @@ class ScoreHtmlReport:
         def make() -> _Row:
             expected, predicted = row.get("expected_tool"), row.get("predicted_tool")
             label = f"expected {expected or '-'}, predicted {predicted or '-'}"
-            details: list[tuple[str, str, list[str]]] = [(key, _clip(message), []) for key, message in problems]
+            details: list[tuple[str, str, list[str]]] = [(key, shorten(message, _CELL), []) for key, message in problems]
             if scored and row.get("error"):
-                details.append(("reason", _clip(str(row["error"])), []))
+                details.append(("reason", shorten(str(row["error"]), _CELL), []))
             details += [(key, f"{float(row[key]):.3f} (below {self.thresholds[key]:g})", []) for key in below]
             return _Row(str(row.get("id")), label, details)
 
@@ -444,7 +441,7 @@ def _bar_chart(bars: list[tuple[str, int, int]], filters: dict[str, str]) -> str
         # The label is a link to the failing rows filtered to the check.
         parts.append(
             f'<g class="bar-row" data-check="{key}" data-name="{_e(name)}"><a href="#check={key}">'
-            f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end" class="label">{_e(_clip(name, 44))}</text></a>'
+            f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end" class="label">{_e(shorten(name, 44))}</text></a>'
             f'<rect x="{label_w}" y="{y + 4}" width="{chart_w}" height="{row_h - 8}" class="track"/>'
             f'<rect x="{label_w}" y="{y + 4}" width="{bar_w:.1f}" height="{row_h - 8}" class="bar {tone}">'
             f'<title>{_e(name)}: {failed:,} of {total:,} rows</title></rect>'
@@ -461,7 +458,7 @@ def _histogram(name: str, bins: list[tuple[str, int]], unit: str) -> str:
     width, height, top, bottom = round(step * len(bins) + 8), 120, 18, 22
     peak = max((count for _, count in bins), default=0) or 1
     total = sum(count for _, count in bins)
-    parts = [f'<figure class="hist"><figcaption>{_e(_clip(name, 48))} '
+    parts = [f'<figure class="hist"><figcaption>{_e(shorten(name, 48))} '
              f'<span class="muted">({total:,} {_e(unit)})</span></figcaption>'
              f'<svg role="img" aria-label="{_e(name)} distribution over {total:,} {_e(unit)}" width="{width}" '
              f'height="{height}" viewBox="0 0 {width} {height}">']
@@ -485,7 +482,7 @@ def _failing_rows(listing: _Listing, filters: dict[str, str]) -> str:
             '<p class="empty">No failing rows.</p>'
     # Each view's sentence is written here, so the script only shows it: counts stay exact.
     options = "".join(f'<option value="{_e(key)}" data-note="{_e(listing.note(name, name))}">'
-                      f'{_e(_clip(name, 60))} ({listing.by_check[name]:,})</option>'
+                      f'{_e(shorten(name, 60))} ({listing.by_check[name]:,})</option>'
                       for name, key in filters.items())
     parts = ['<div class="filter"><label for="check-filter">Check</label> '
              f'<select id="check-filter"><option value="" data-note="{_e(listing.note())}">all checks '
@@ -499,14 +496,14 @@ def _failing_rows(listing: _Listing, filters: dict[str, str]) -> str:
         items = []
         for check, message, evidence in row.details:
             quotes = "".join(f"<q>{_e(q)}</q>" for q in evidence)
-            items.append(f'<li><span class="tag">{_e(_clip(check, 60))}</span> {_e(message)}'
+            items.append(f'<li><span class="tag">{_e(shorten(check, 60))}</span> {_e(message)}'
                          + (f'<div class="evidence">{quotes}</div>' if quotes else "") + "</li>")
         calls = "".join(f'<div class="call {_e(kind.split()[0])}"><span class="kind">{_e(kind)}</span> '
                         f'<code>{_e(text)}</code>' + (f'<div class="muted">{_e(note)}</div>' if note else "")
                         + "</div>" for kind, text, note in row.calls)
         # Rows listed only under a check's filter start hidden, so the page is right without its script.
         parts.append(f'<tr class="failing" data-all="{int(row.in_all)}" data-checks="{_e(keys)}"'
-                     f'{"" if row.in_all else " hidden"}><td class="id">{_e(_clip(row.rid, 80))}</td>'
+                     f'{"" if row.in_all else " hidden"}><td class="id">{_e(shorten(row.rid, 80))}</td>'
                      f'<td><span class="status {_e(row.label.split()[0])}">{_e(row.label)}</span></td>'
                      + (f'<td class="calls">{calls or "-"}</td>' if with_calls else "")
                      + f'<td><ul>{"".join(items)}</ul></td></tr>')

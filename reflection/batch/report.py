@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from reflection._terminal import plain
+from reflection._text import shorten, terminal_safe
 from reflection.batch._output import iter_output_rows, semantic_checks
 from reflection.errors import NotAResultRow
 
@@ -105,7 +105,7 @@ _NUMBERS = re.compile(r"(?<!HTTP )(?<!\d)\d+")
 def _reason_key(message: str) -> str:
     """Group messages that differ only in row ids or numbers; HTTP statuses stay as they are."""
     text = _NUMBERS.sub("N", _ROW_PREFIX.sub("", message.strip()))
-    return text if len(text) <= 160 else text[:159] + "…"
+    return shorten(text, 160)
 
 
 def row_problems(row: Mapping[str, Any]) -> list[str]:
@@ -128,7 +128,7 @@ def row_usage(row: Mapping[str, Any]) -> dict[str, float | None]:
         isinstance(v, bool) or not isinstance(v, (int, float, type(None))) for v in usage.values())
     if bad:
         raise ValueError(f"row {str(row.get('id'))!r}: \"usage\" must be an object of numbers, got "
-                         f"{plain(repr(usage), one_line=True)[:80]}; this is not a reflection output row")
+                         f"{terminal_safe(repr(usage), one_line=True)[:80]}; this is not a reflection output row")
     return {k: v if k == "cost_usd" else v or 0 for k, v in usage.items()}  # a null cost stays unknown
 
 
@@ -253,7 +253,7 @@ def read_report(path: str | Path) -> BatchReport:
 
 def _untrusted(text: str) -> Text:
     """Ids and error messages come from the input: shown as plain text, never as markup or control codes."""
-    return Text(plain(text, one_line=True))
+    return Text(terminal_safe(text, one_line=True))
 
 
 def format_cost(usd: float | None) -> str:

@@ -12,13 +12,13 @@ import anyio
 import typer
 
 from reflection._log import warnings_to_stderr
+from reflection._text import terminal_safe
 from reflection.batch._workers import default_workers
 from reflection.cli.common import (
     CLOSED_STDOUT,
     FAIL_ON_HELP,
     ClosedStdout,
     fail_on_option,
-    plain,
     raise_broken_pipe,
     user_errors,
     verdict_exit,
@@ -92,10 +92,10 @@ def batch(
             flat=flat, workers=workers or default_workers(),
         ))
     except KeyboardInterrupt:
-        err.print(f"interrupted: the rows written so far are in {plain(output)}; rerun the same command to resume",
+        err.print(f"interrupted: the rows written so far are in {terminal_safe(output)}; rerun the same command to resume",
                   markup=False)
         raise typer.Exit(130) from None
-    notes = [f"wrote {stats.written:,} rows to {plain(output)} in {stats.seconds:,.1f} s"]
+    notes = [f"wrote {stats.written:,} rows to {terminal_safe(output)} in {stats.seconds:,.1f} s"]
     if stats.skipped:
         notes.append(f"{stats.skipped:,} already there (skipped)")
     if stats.retried:
@@ -106,7 +106,7 @@ def batch(
         notes.append(f"cut a partial last line ({stats.truncated_bytes:,} bytes) left by an interrupted run")
     if cfg.judge is not None:
         notes.append(f"{stats.judge_requests:,} judge requests"
-                     + (f", {stats.cache_hits:,} cache hits ({plain(cache_file)})" if cache_file else ", cache off"))
+                     + (f", {stats.cache_hits:,} cache hits ({terminal_safe(cache_file)})" if cache_file else ", cache off"))
     err.print("; ".join(notes), markup=False)
     pipe = ClosedStdout()
     summary = _read_report(output)
@@ -141,7 +141,7 @@ def report(
         from reflection.batch.html import batch_report_html, write_html
 
         write_html(html_out, batch_report_html(iter_output_rows(output), source=output))
-        typer.echo(f"wrote the HTML report to {plain(html_out)}", err=True)
+        typer.echo(f"wrote the HTML report to {terminal_safe(html_out)}", err=True)
     if pipe.closed:
         raise typer.Exit(CLOSED_STDOUT)
 

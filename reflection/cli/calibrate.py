@@ -40,6 +40,7 @@ def calibrate_command(
 
     from reflection.errors import JudgeFatalError
     from reflection._log import warnings_to_stderr
+    from reflection._text import terminal_safe
     from reflection.batch.runner import default_cache_path
     from reflection.calibrate import (
         LabelError,
@@ -54,7 +55,6 @@ def calibrate_command(
     from reflection.cli.common import (
         CLOSED_STDOUT,
         ClosedStdout,
-        plain,
         raise_broken_pipe,
         refuse_input_as_output,
     )
@@ -62,7 +62,7 @@ def calibrate_command(
 
     def fail(message: str) -> typer.Exit:
         # Not common.fail: a LabelError lists one unusable row per line.
-        typer.echo(f"error: {plain(message)}", err=True)
+        typer.echo(f"error: {terminal_safe(message)}", err=True)
         return typer.Exit(2)
 
     warnings_to_stderr()  # judge warnings can quote a server: one plain line each, as in every command
@@ -120,7 +120,7 @@ def calibrate_command(
     err.print("; ".join(notes), markup=False)
     for obs in observations:
         if obs.error is not None:
-            err.print(plain(f"row {obs.row.id}: {obs.error}"), markup=False)
+            err.print(terminal_safe(f"row {obs.row.id}: {obs.error}"), markup=False)
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(width=120, highlight=False)

@@ -26,12 +26,12 @@ from typing import Any, Self, TypeVar
 
 import typer
 
-from reflection._terminal import plain
+from reflection._text import terminal_safe
 from reflection.batch._output import OutputCorrupt, OutputLocked
 from reflection.errors import JudgeFatalError
 
 __all__ = ["CLOSED_STDOUT", "FAIL_ON", "FAIL_ON_HELP", "NO_VERDICTS", "USER_ERRORS", "ClosedStdout", "drop_unawaited_quietly", "fail",
-           "fail_on_option", "open_text_output", "plain", "raise_broken_pipe", "refuse_input_as_output", "stdout_closed",
+           "fail_on_option", "open_text_output", "raise_broken_pipe", "refuse_input_as_output", "stdout_closed",
            "user_errors",
            "verdict_exit"]
 
@@ -50,7 +50,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
 
 def fail(message: str) -> typer.Exit:
     """Print `error: <message>` (one line, made safe) on stderr; return the exit to raise."""
-    typer.echo(f"error: {plain(message, one_line=True)}", err=True)
+    typer.echo(f"error: {terminal_safe(message, one_line=True)}", err=True)
     return typer.Exit(2)
 
 

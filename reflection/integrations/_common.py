@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from reflection._json import dumps
 from reflection._own_words import NOTE_MARKER
-from reflection._terminal import plain
+from reflection._text import quoted, terminal_safe
 from reflection.errors import ReflectionError
 from reflection.apply import Applied, apply_decision, runs_as_proposed_tool
 from reflection.gate import Decision
 
 __all__ = ["NOTE_PREFIX", "Applied", "EscalationRequired", "applied", "approval_text", "blocked_text",
-           "correction_note", "quoted", "runs_as_proposed_tool", "single", "text_of"]
+           "correction_note", "runs_as_proposed_tool", "single", "text_of"]
 
 _RESULT_LIMIT = 2000
 _NAME_LIMIT = 80
@@ -48,14 +47,15 @@ def blocked_text(decision: Decision) -> str:
         text = decision.result.feedback(_RESULT_LIMIT)
         if text:
             return text
-    return f"The call to {quoted(decision.tool)} was not run: {_bounded(decision.reason, _REASON_LIMIT)}."
+    return (f"The call to {quoted(decision.tool, _NAME_LIMIT, style='escaped', empty='')} was not run: "
+            f"{terminal_safe(decision.reason, collapse=True, limit=_REASON_LIMIT)}.")
 
 
 def approval_text(decision: Decision) -> str:
     """One line for the person asked to approve an escalated call: which call, and why the
     gate held it. Written for a person, not for the model (the feedback is the model's)."""
-    return (f"The call to {quoted(decision.tool)} is waiting for a person's approval: "
-            f"{_bounded(decision.reason, _REASON_LIMIT)}.")
+    return (f"The call to {quoted(decision.tool, _NAME_LIMIT, style='escaped', empty='')} is waiting for a person's approval: "
+            f"{terminal_safe(decision.reason, collapse=True, limit=_REASON_LIMIT)}.")
 
 
 def correction_note(decision: Decision) -> str | None:
@@ -64,22 +64,12 @@ def correction_note(decision: Decision) -> str | None:
     if decision.action != "modify":
         return None
     notes = decision.result.static.correction_notes if decision.result is not None else ()
-    changes = [_bounded(note, _NOTE_ITEM_LIMIT) for note in notes]
+    changes = [terminal_safe(note, collapse=True, limit=_NOTE_ITEM_LIMIT) for note in notes]
     if not changes:  # a correction always names its changes; never let one pass unsaid
         return NOTE_PREFIX.removesuffix(": ") + "."
     if len(changes) > _NOTE_ITEMS:
         changes = [*changes[:_NOTE_ITEMS], f"and {len(changes) - _NOTE_ITEMS} more"]
     return NOTE_PREFIX + "; ".join(changes) + "."
-
-
-def quoted(text: str, limit: int = _NAME_LIMIT) -> str:
-    """Untrusted text (a tool name) as one bounded, quoted JSON string."""
-    return dumps(_bounded(text, limit))
-
-
-def _bounded(text: str, limit: int) -> str:
-    line = plain(" ".join(str(text).split()), one_line=True)
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def applied(decision: Decision, tool: str, *, corrects: bool = True) -> Applied:

@@ -24,7 +24,6 @@ import ipaddress
 import logging
 import os
 import random
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
@@ -37,6 +36,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from reflection import telemetry
 from reflection._json import dumps
+from reflection._text import CONTROL_CHARACTERS, plain_line
 from reflection.errors import (
     InvalidReply,
     JudgeConnectionError,
@@ -107,16 +107,6 @@ def _retry_after(exc: BaseException | None) -> float | None:
         return None
 
 
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]+")
-_MESSAGE_CHARS = 300
-
-
-def _plain(text: str, limit: int = _MESSAGE_CHARS) -> str:
-    """Untrusted server text as one printable line: no control codes, bounded length."""
-    line = " ".join(_UNPRINTABLE.sub(" ", text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
 def _server_message(body: Any) -> str:
     """What the server said about an error: `error.message` of an OpenAI-style body, else the body."""
     if isinstance(body, dict):
@@ -126,7 +116,7 @@ def _server_message(body: Any) -> str:
         text = body
     else:
         text = "" if body is None else dumps(body)
-    return _plain(text)
+    return plain_line(text, only=CONTROL_CHARACTERS)
 
 
 def _refused(exc: BaseException) -> bool:
@@ -353,7 +343,7 @@ class Judge:
             return  # a concurrent request already went as low
         _ENDPOINT_MODES[(self.config.base_url, self.config.model)] = mode
         logger.warning("judge %s (model %s): structured output %s was refused (%s); using %s from now on",
-                       _shown_url(self._url), _plain(self.config.model, 100), current,
+                       _shown_url(self._url), plain_line(self.config.model, 100, only=CONTROL_CHARACTERS), current,
                        exc, "prompt-only JSON" if mode == "prompt" else mode)
 
     async def _request(
@@ -457,7 +447,8 @@ class Judge:
             raise JudgeTimeout() from exc
         except httpx.RequestError as exc:
             if _refused(exc):
-                raise JudgeFatalError(_shown_url(self._url), f"connection refused ({_plain(str(exc))})") from exc
+                raise JudgeFatalError(_shown_url(self._url),
+                                      f"connection refused ({plain_line(str(exc), only=CONTROL_CHARACTERS)})") from exc
             raise JudgeConnectionError(f"Connection error: {exc}") from exc
         for secret in self._secrets:
             if secret in content:
@@ -520,7 +511,7 @@ class Judge:
             if not isinstance(value, int) or isinstance(value, bool):
                 counts[key] = 0
             elif not 0 <= value <= _MAX_TOKENS:
-                self._warn_once(f"usage-{key}", f"judge {_shown_url(self._url)} reported {_plain(str(value), 40)} "
+                self._warn_once(f"usage-{key}", f"judge {_shown_url(self._url)} reported {plain_line(str(value), 40, only=CONTROL_CHARACTERS)} "
                                                 f"{key}, outside 0-{_MAX_TOKENS:,}; counting 0 (further such counts too)")
                 counts[key] = 0
         if counts["cached_tokens"] > counts["prompt_tokens"]:

@@ -6,8 +6,10 @@ import copy
 from typing import Any
 
 from reflection._json import dumps, json_type
+from reflection._text import shorten
 
 _NUMBER = (int, float)
+_SHOWN = 60  # characters of one value in a difference
 
 
 def json_equal(a: Any, b: Any) -> bool:
@@ -86,21 +88,16 @@ def argument_differences(expected: dict[str, Any], actual: dict[str, Any], path:
     for key, want in expected.items():
         where = f"{path}.{key}"
         if key not in actual:
-            out.append(f"{where} missing (expected {_short(want)})")
+            out.append(f"{where} missing (expected {shorten(dumps(want), _SHOWN)})")
         elif not json_equal(want, actual[key]):
             if isinstance(want, dict) and isinstance(actual[key], dict):
                 out.extend(argument_differences(want, actual[key], where))
             else:
-                out.append(f"{where}: expected {_short(want)}, got {_short(actual[key])}")
+                out.append(f"{where}: expected {shorten(dumps(want), _SHOWN)}, got {shorten(dumps(actual[key]), _SHOWN)}")
     for key, got in actual.items():
         if key not in expected:
-            out.append(f"{path}.{key} not expected (got {_short(got)})")
+            out.append(f"{path}.{key} not expected (got {shorten(dumps(got), _SHOWN)})")
     return out
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = dumps(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def matches_type(value: Any, declared: Any) -> bool:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from reflection._json import dumps, parse_json
+from reflection._text import shorten
 from reflection.formats import (
     holds_messages,
     normalize_call,
@@ -498,9 +499,7 @@ def _leftovers(expected, called, pairs, rename) -> tuple[list[int], list[int], l
 
 
 def _describe(step: TrajectoryCall, index: int) -> str:
-    args = "" if step.args is None else dumps(step.args)
-    if len(args) > 80:
-        args = args[:79] + "…"
+    args = "" if step.args is None else shorten(dumps(step.args), 80)
     return f"#{index} {step.name}({args})"
 
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from reflection._json import dumps
+from reflection._text import quoted
 from reflection.apply import apply_decision
-from reflection.model import quoted
 from reflection.service._metrics import TenantMetrics
 
 if TYPE_CHECKING:

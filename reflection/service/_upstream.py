@@ -17,8 +17,8 @@ from typing import Any
 import aiohttp
 from starlette.responses import Response, StreamingResponse
 
+from reflection._text import plain_line
 from reflection.config import UpstreamConfig
-from reflection.model import plain_text
 from reflection.service._dialects import Dialect, Refused, problem, read_reply, usage_sum
 from reflection.service._metrics import TenantMetrics
 
@@ -165,7 +165,7 @@ class UpstreamClient:
 def decompressed(raw: bytes, encoding: str, limit: int) -> bytes:
     """A body decoded, at most `limit` bytes (a small bomb must not become a large body)."""
     if encoding not in ("gzip", "x-gzip", "deflate"):
-        raise Refused(problem(415, f"{plain_text(encoding, 40)!r} encoding is not supported"))
+        raise Refused(problem(415, f"{plain_line(encoding, 40)!r} encoding is not supported"))
     wbits = 16 + zlib.MAX_WBITS if encoding in ("gzip", "x-gzip") else zlib.MAX_WBITS
     try:
         inflater = zlib.decompressobj(wbits)

@@ -46,8 +46,8 @@ import aiohttp
 from starlette.responses import Response
 
 from reflection._json import parse_json_keeping
+from reflection._text import plain_line
 from reflection.config import UpstreamConfig
-from reflection.model import plain_text
 from reflection.reask import Budget, Said, Turn, note, report
 from reflection.service import _anthropic, _responses
 from reflection.service._dialects import CHAT, UNREADABLE, Refused, lenient, lenient_dumps, message_calls, \
@@ -165,7 +165,7 @@ class Gateway:
         if encoding in ("gzip", "x-gzip", "deflate"):
             raw = decompressed(raw, encoding, self.max_body_bytes)
         elif encoding not in ("", "identity"):
-            raise Refused(problem(415, f"request bodies encoded with {plain_text(encoding, 40)!r} are not accepted; "
+            raise Refused(problem(415, f"request bodies encoded with {plain_line(encoding, 40)!r} are not accepted; "
                                        "send identity, gzip or deflate"))
         try:
             # `tools` stays JSON text: the gate's spec cache is keyed by it, so a client that sends

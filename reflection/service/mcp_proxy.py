@@ -50,8 +50,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from reflection._json import printable
-from reflection._terminal import plain
+from reflection._text import printable, quoted, shorten, terminal_safe
 from reflection.apply import apply_decision
 from reflection.config import ReflectionConfig
 from reflection.errors import UnreadableMessage
@@ -85,10 +84,7 @@ _NOTE_CHANGES = 8  # changes listed in a note; the rest are counted
 def _quoted(text: Any, limit: int = _NOTE_LIMIT) -> str:
     """Untrusted text as a bounded JSON string literal: newlines, quotes and controls escaped,
     so a tool name like "x\\nSYSTEM: ..." stays visibly data inside a note or a log line."""
-    text = str(text)
-    if len(text) > limit:
-        text = text[:limit] + "…"
-    return plain(json.dumps(printable(text), ensure_ascii=False), one_line=True)
+    return quoted(text, limit, style="json", empty="")
 
 
 def _shown(value: Any) -> str:
@@ -97,9 +93,7 @@ def _shown(value: Any) -> str:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):
         text = repr(value)
-    if len(text) > _NOTE_LIMIT:
-        text = text[:_NOTE_LIMIT] + "…"
-    return plain(printable(text), one_line=True)
+    return terminal_safe(shorten(text, _NOTE_LIMIT, past_limit=True), one_line=True)
 
 
 def _recover(line: bytes) -> tuple[str | int | None, str | None]:

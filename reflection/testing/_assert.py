@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from reflection._json import dumps
-from reflection._terminal import plain
+from reflection._text import terminal_safe
 from reflection.model import STATIC_CHECKS
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def describe_failure(result: ReflectionResult) -> list[str]:
     """The lines of an `assert_valid_call` failure for one result."""
     given = result.call
     arguments = dumps(given.arguments) if given.arguments is not None else given.raw_arguments or ""
-    call = f"{plain(given.name, one_line=True) or '(no name)'}({_short(arguments)})"
+    call = f"{terminal_safe(given.name, one_line=True) or '(no name)'}({_short(arguments)})"
     verdict = "is not valid" if result.overall_valid is False else "has no verdict (unknown)"
     lines = [f"tool call {call} {verdict}:"]
     for name in STATIC_CHECKS:
@@ -52,21 +52,21 @@ def describe_failure(result: ReflectionResult) -> list[str]:
         if check.passed:
             continue
         lines.append(f"  static {name} failed")
-        lines.extend(f"    {plain(f.path, one_line=True)}: {_short(f.message)}" for f in check.findings)
+        lines.extend(f"    {terminal_safe(f.path, one_line=True)}: {_short(f.message)}" for f in check.findings)
     if given.error:
         lines.append(f"  unusable call: {_short(given.error)}")
     for name, semantic in result.semantic.items():
         if semantic.status not in ("passed", "skipped"):
             lines.extend(_semantic_lines(name, semantic))
-    ungrounded = [f"{plain(g.path, one_line=True)} = {_short(dumps(g.value))}" for g in result.grounding if not g.grounded]
+    ungrounded = [f"{terminal_safe(g.path, one_line=True)} = {_short(dumps(g.value))}" for g in result.grounding if not g.grounded]
     if ungrounded:
         lines.append(f"  values found nowhere in the conversation or the specs: {'; '.join(ungrounded)}")
     if result.static.correction is not None:
         fixed = result.static.correction
-        lines.append(f"  corrected call (passes the static checks): {plain(fixed.name, one_line=True)}"
+        lines.append(f"  corrected call (passes the static checks): {terminal_safe(fixed.name, one_line=True)}"
                      f"({_short(dumps(fixed.arguments))})")
     if result.judge_skipped and not result.static.valid:
-        lines.append(f"  judge not asked: {plain(result.judge_skipped, one_line=True)}")
+        lines.append(f"  judge not asked: {terminal_safe(result.judge_skipped, one_line=True)}")
     return lines
 
 
@@ -82,12 +82,12 @@ def _semantic_lines(name: str, check: SemanticCheckResult) -> list[str]:
         if correction.suggested_arguments is not None:
             lines.append(f"    suggested arguments: {_short(dumps(correction.suggested_arguments))}")
         if correction.better_function:
-            lines.append(f"    better tool: {plain(correction.better_function, one_line=True)}")
+            lines.append(f"    better tool: {terminal_safe(correction.better_function, one_line=True)}")
         if correction.missing_prerequisite:
             lines.append(f"    first: {_short(correction.missing_prerequisite)}")
     return lines
 
 
 def _short(text: str) -> str:
-    text = plain(text, one_line=True)
-    return text if len(text) <= _SHOWN else text[:_SHOWN - 1] + "…"
+    """`text` as one terminal-safe line of at most `_SHOWN` characters."""
+    return terminal_safe(text, one_line=True, limit=_SHOWN)
