@@ -334,7 +334,7 @@ def _removes(original: Any, corrected: Any) -> bool:
     if isinstance(original, list):
         if not isinstance(corrected, list):
             return bool(original)
-        return len(corrected) < len(original) or any(_removes(a, b) for a, b in zip(original, corrected))
+        return len(corrected) < len(original) or any(_removes(a, b) for a, b in zip(original, corrected, strict=False))
     return False
 
 

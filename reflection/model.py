@@ -32,10 +32,33 @@ from reflection.results import (  # the check names are the contract's; here for
 )
 
 __all__ = [
-    "SEMANTIC_CATEGORIES", "SEMANTIC_CHECKS", "STATIC_CHECKS", "CheckReply", "CheckResult", "Finding", "History",
-    "JudgeUsage", "Message", "PASSED", "ReflectionResult", "SemanticCheckResult", "SemanticCorrection", "SemanticStatus",
-    "SpecFormat", "SpecProblem", "StaticResult", "ToolCall", "ToolInventory", "ToolSpec", "ValueGrounding", "ValueSource",
-    "ValueSourceKind", "plain_text", "quoted", "trusted", "trusted_from",
+    "PASSED",
+    "SEMANTIC_CATEGORIES",
+    "SEMANTIC_CHECKS",
+    "STATIC_CHECKS",
+    "CheckReply",
+    "CheckResult",
+    "Finding",
+    "History",
+    "JudgeUsage",
+    "Message",
+    "ReflectionResult",
+    "SemanticCheckResult",
+    "SemanticCorrection",
+    "SemanticStatus",
+    "SpecFormat",
+    "SpecProblem",
+    "StaticResult",
+    "ToolCall",
+    "ToolInventory",
+    "ToolSpec",
+    "ValueGrounding",
+    "ValueSource",
+    "ValueSourceKind",
+    "plain_text",
+    "quoted",
+    "trusted",
+    "trusted_from",
 ]
 
 SpecFormat = Literal["openai", "function", "anthropic", "mcp", "parameter_list", "native"]
@@ -190,7 +213,7 @@ class CheckResult(_Frozen):
 PASSED = CheckResult(passed=True)
 """The passing check the static results share (they are immutable)."""
 
-_ALL_PASSED: dict[str, CheckResult] = {name: PASSED for name in STATIC_CHECKS}  # results.ALL_PASSED as models
+_ALL_PASSED: dict[str, CheckResult] = dict.fromkeys(STATIC_CHECKS, PASSED)  # results.ALL_PASSED as models
 
 
 class StaticResult(_Frozen):
@@ -209,7 +232,7 @@ class StaticResult(_Frozen):
         """True when every static check passed."""
         # Read once per row: a loop, not all(<generator>), and the shared passing check is
         # known by identity (reading a field of a pydantic model costs far more).
-        for check in self.checks.values():
+        for check in self.checks.values():  # noqa: SIM110 - see above
             if check is not PASSED and not check.passed:
                 return False
         return True

@@ -12,8 +12,7 @@ import sniffio
 
 from reflection import telemetry
 from reflection.config import ReflectionConfig
-from reflection.formats import is_parallel
-from reflection.formats import normalize_calls, normalize_history, normalize_tools
+from reflection.formats import is_parallel, normalize_calls, normalize_history, normalize_tools
 from reflection.grounding import ground
 from reflection.model import (
     History,

@@ -193,7 +193,7 @@ class ResultData(TypedDict):
 CHECK_PASSED: CheckData = {"passed": True, "findings": ()}
 """The passing check, shared by every result that has one."""
 
-ALL_PASSED: dict[str, CheckData] = {name: CHECK_PASSED for name in STATIC_CHECKS}
+ALL_PASSED: dict[str, CheckData] = dict.fromkeys(STATIC_CHECKS, CHECK_PASSED)
 """The checks of a call that passes them all (`flat_keys` knows it by identity)."""
 
 ZERO_USAGE: UsageData = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,

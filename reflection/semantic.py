@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -201,7 +202,7 @@ def reply_schema(checks: tuple[str, ...]) -> dict[str, Any]:
     """Strict-mode-compatible JSON Schema of a reply answering `checks`."""
     return {
         "type": "object",
-        "properties": {name: _CHECK_SCHEMA for name in checks},
+        "properties": dict.fromkeys(checks, _CHECK_SCHEMA),
         "required": list(checks),
         "additionalProperties": False,
     }
@@ -246,7 +247,7 @@ def _answers(data: Any, checks: tuple[str, ...]) -> tuple[dict[str, Any], str | 
 _REPAIRED = "the reply was near-JSON (single quotes, Python literals or trailing commas), repaired"
 
 
-def _parse_reply(checks: tuple[str, ...], tools: frozenset[str] | None):  # noqa: ANN202 - a validator closure
+def _parse_reply(checks: tuple[str, ...], tools: frozenset[str] | None) -> Callable[[Any], _Reading]:
     """The validator for a reply answering `checks`: the checks it answered, and why the
     others could not be read. Raises ValueError when it answered none of them."""
 

@@ -45,6 +45,16 @@ import jsonschema_rs
 import orjson
 
 from reflection._corrections import closest_name, suggest_correction
+from reflection._json import (
+    FINITE,
+    SOUND,
+    canonical_bytes,
+    dumps,
+    json_type,
+    require_json_like,
+    value_problem,
+)
+from reflection._lru import LRU, set_cache_size
 from reflection._schemas import (
     DRAFT4,
     DRAFT6,
@@ -57,16 +67,6 @@ from reflection._schemas import (
     expansion,
     has_references,
     names_at,
-)
-from reflection._lru import LRU, set_cache_size
-from reflection._json import (
-    FINITE,
-    SOUND,
-    canonical_bytes,
-    dumps,
-    json_type,
-    require_json_like,
-    value_problem,
 )
 from reflection.formats import checked_call, normalize_raw_calls, normalize_tools
 from reflection.model import SpecProblem, StaticResult, ToolCall, ToolInventory, ToolSpec
@@ -727,7 +727,7 @@ def _closed_object(error: Any, args: dict[str, Any], root: dict[str, Any], issue
         return False
     for prop, item in value.items():
         issues.append(_Issue(
-            "non_existent_parameter", at + (prop,), f'{_path(at + (prop,))}: "{prop}" is not allowed here '
+            "non_existent_parameter", (*at, prop), f'{_path((*at, prop))}: "{prop}" is not allowed here '
             "(additionalProperties is false, and no property is defined). Remove it.", expected=[], actual=prop,
             keyword="additionalProperties", at=at, value=item))
     return True
@@ -913,7 +913,7 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
         prop = kind.property
         hint = _property_hint(root, error.schema_path, prop)
         issues.append(_Issue(
-            "missing_required_parameter", at + (prop,), f'{_path(at + (prop,))}: required parameter "{prop}" is '
+            "missing_required_parameter", (*at, prop), f'{_path((*at, prop))}: required parameter "{prop}" is '
             f"missing{hint}. Add it.", expected=prop, actual=None, keyword=keyword, at=at))
     elif name in ("enum", "const"):
         if name == "enum":
@@ -938,7 +938,7 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
         for prop in kind.unexpected:
             value = error.instance.get(prop, _MISSING) if isinstance(error.instance, dict) else _MISSING
             issues.append(_Issue(
-                "non_existent_parameter", at + (prop,), f'{_path(at + (prop,))}: "{prop}" is not allowed here '
+                "non_existent_parameter", (*at, prop), f'{_path((*at, prop))}: "{prop}" is not allowed here '
                 f"(additionalProperties is false{listing}). Remove it.", expected=allowed[:MAX_LISTED], actual=prop,
                 keyword=keyword, at=at, value=value))
     elif isinstance(kind, _UNION_FAILURES):
@@ -946,7 +946,7 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
     elif name == "unevaluatedProperties":
         for prop in kind.unexpected:
             issues.append(_Issue(
-                "json_schema_violation", at + (prop,), f'{_path(at + (prop,))}: "{prop}" is not evaluated by any '
+                "json_schema_violation", (*at, prop), f'{_path((*at, prop))}: "{prop}" is not evaluated by any '
                 "subschema and unevaluatedProperties forbids it. Remove it.", expected=None, actual=prop,
                 keyword=keyword, at=at))
     else:

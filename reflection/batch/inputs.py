@@ -419,9 +419,7 @@ def decode_columns(record: dict[str, Any], position: int, *, strings_only: bool)
                 rid = record.get("id")
                 named = {"id": rid} if rid not in (None, "") else None  # the error row keeps the record's id
                 return SourceRow(position, named, error=f"record {position}: column {key!r} is not valid JSON: {exc}")
-        elif key in JSON_COLUMNS and value is None:
-            continue
-        elif not strings_only and key == "id" and value is None:
+        elif (key in JSON_COLUMNS and value is None) or (not strings_only and key == "id" and value is None):
             continue
         row[key] = value
     if strings_only and row.get("id") == "":

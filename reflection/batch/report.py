@@ -24,8 +24,19 @@ from reflection._terminal import plain
 from reflection.batch._output import iter_output_rows, semantic_checks
 from reflection.errors import NotAResultRow
 
-__all__ = ["BatchReport", "ReportBuilder", "FailingCheck", "ErrorReason", "failed_checks", "format_cost", "format_share",
-           "percentile", "read_report", "render_report", "row_problems"]
+__all__ = [
+    "BatchReport",
+    "ErrorReason",
+    "FailingCheck",
+    "ReportBuilder",
+    "failed_checks",
+    "format_cost",
+    "format_share",
+    "percentile",
+    "read_report",
+    "render_report",
+    "row_problems",
+]
 
 _EXAMPLES = 3
 _TOP = 10

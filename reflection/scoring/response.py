@@ -100,7 +100,7 @@ DEBIAN_WORDNET = Path("/usr/share/wordnet")
 """Where Debian's `wordnet-base` package installs the WordNet 3.0 database."""
 # WordNet 3.0's lexicographer files, in number order (lexnames(5WN)). NLTK's reader needs the
 # `lexnames` file, which Debian's wordnet-base does not ship; the list is fixed for 3.0.
-_LEXNAMES = (
+_LEXNAMES = (  # noqa: SIM905 - a paragraph of names as lexnames(5WN) lists them, not 45 lines
     "adj.all adj.pert adv.all noun.Tops noun.act noun.animal noun.artifact noun.attribute noun.body "
     "noun.cognition noun.communication noun.event noun.feeling noun.food noun.group noun.location "
     "noun.motive noun.object noun.person noun.phenomenon noun.plant noun.possession noun.process "

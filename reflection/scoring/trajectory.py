@@ -468,7 +468,7 @@ def _exact(expected, called, params, rename) -> Outcome:
     if not expected:
         return _empty_expected(called)
     same = len(expected) == len(called) and all(
-        _pair(e, c, params, rename, exact=True) == 1.0 for e, c in zip(expected, called)
+        _pair(e, c, params, rename, exact=True) == 1.0 for e, c in zip(expected, called, strict=True)
     )
     if same:
         return 1.0, [_match(expected, called, i, i, 1.0, params) for i in range(len(expected))], [], [], []

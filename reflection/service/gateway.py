@@ -50,8 +50,18 @@ from reflection.config import UpstreamConfig
 from reflection.model import plain_text
 from reflection.reask import Budget, Said, Turn, note, report
 from reflection.service import _anthropic, _responses
-from reflection.service._dialects import CHAT, UNREADABLE, Refused, lenient, lenient_dumps, message_calls, \
-    problem, read_reply, reply_text, usage_sum
+from reflection.service._dialects import (
+    CHAT,
+    UNREADABLE,
+    Refused,
+    lenient,
+    lenient_dumps,
+    message_calls,
+    problem,
+    read_reply,
+    reply_text,
+    usage_sum,
+)
 from reflection.service._metrics import TenantMetrics
 from reflection.service._middleware import ARRIVED, AUTH_HEADER, DEADLINE, LITELLM_AUTH_HEADER
 from reflection.service._responses import ResponseMemory
