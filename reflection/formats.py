@@ -29,7 +29,7 @@ from reflection._json import (
 )
 from reflection._lru import LRU
 from reflection._own_words import strip_own_words
-from reflection.model import History, Message, SpecProblem, ToolCall, ToolInventory, ToolSpec, trusted_from
+from reflection.model import History, Message, SpecFormat, SpecProblem, ToolCall, ToolInventory, ToolSpec, trusted_from
 
 __all__ = ["normalize_call", "normalize_calls", "normalize_history", "normalize_tools"]
 
@@ -241,7 +241,7 @@ def _unusable_tool(item: Any, index: int, problem: str) -> SpecProblem:
 def _normalize_tool(item: Any, index: int) -> ToolSpec | SpecProblem:
     if not isinstance(item, dict):
         return SpecProblem(index=index, name=None, message=f"tool spec #{index} must be an object, got {_kind(item)}")
-    fmt: str
+    fmt: SpecFormat
     body = item
     if isinstance(item.get("function"), dict) and item.get("type", "function") == "function":
         fmt, body = "openai", item["function"]
@@ -264,7 +264,7 @@ def _normalize_tool(item: Any, index: int) -> ToolSpec | SpecProblem:
     key = {"openai": "parameters", "function": "parameters", "parameter_list": "parameters",
            "anthropic": "input_schema", "mcp": "inputSchema"}[fmt]
     schema = body.get(key)
-    if fmt == "parameter_list":
+    if fmt == "parameter_list" and isinstance(schema, list):  # always a list here: the format is read from it
         result = _parameter_list_schema(schema, name)
         if isinstance(result, str):
             return SpecProblem(index=index, name=name, message=result)
@@ -278,7 +278,7 @@ def _normalize_tool(item: Any, index: int) -> ToolSpec | SpecProblem:
         declared = schema.get("type")
         if declared is not None and declared != "object" and not (isinstance(declared, list) and "object" in declared):
             return SpecProblem(index=index, name=name, message=f"tool {name!r}: {key} must describe an object (\"type\": \"object\"), got \"type\": {declared!r}")
-    return ToolSpec(name=name, description=description, parameters=schema, source_format=fmt)  # type: ignore[arg-type]
+    return ToolSpec(name=name, description=description, parameters=schema, source_format=fmt)
 
 
 def _parameter_list_schema(params: list[Any], tool: str) -> dict[str, Any] | str:

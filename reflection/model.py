@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
@@ -92,7 +92,7 @@ def trusted(cls: type[_M], **values: Any) -> _M:
     return trusted_from(cls, values)
 
 
-def trusted_from(cls: type[_M], values: dict[str, Any]) -> _M:
+def trusted_from(cls: type[_M], values: Mapping[str, Any]) -> _M:
     """`trusted(cls, **values)` for a dict already built (not copied again)."""
     try:
         defaults = _UNSET_FIELDS[cls]
@@ -353,7 +353,7 @@ class JudgeUsage(_Frozen):
     def total(cls, usages: Iterable[JudgeUsage]) -> JudgeUsage:
         """The field-by-field sum of `usages` (`results.total_usage`); the cost is None when any part's cost is."""
         data: list[UsageData] = [u.model_dump() for u in usages]  # type: ignore[misc]
-        return cls(**(total_usage(data) if data else {}))
+        return cls(**total_usage(data)) if data else cls()
 
 
 class ReflectionResult(_Frozen):
@@ -380,7 +380,7 @@ class ReflectionResult(_Frozen):
         of the dump's cost."""
         return {"static": {"checks": {name: {"passed": check.passed}  # type: ignore[typeddict-item]
                                       for name, check in self.static.checks.items()}},
-                "semantic": {name: {"status": check.status, "score": check.score}  # type: ignore[typeddict-item]
+                "semantic": {name: {"status": check.status, "score": check.score}
                              for name, check in self.semantic.items()},
                 "overall_valid": self.overall_valid}
 

@@ -235,7 +235,7 @@ def core_data(call: ToolCall, inventory: ToolInventory, history: History, ground
     if grounding and call.error is None:
         tool = prepared.tools.get(call.name)
         grounded = ground(call, history, tool[0] if tool is not None else None)
-    return {"call": call, "static": static, "grounding": grounded, "warnings": static["warnings"] + history.problems}
+    return {"call": call, "static": static, "grounding": grounded, "warnings": (*static["warnings"], *history.problems)}
 
 
 _NO_SEMANTIC: dict[str, SemanticData] = {}

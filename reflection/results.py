@@ -265,9 +265,9 @@ def combine(verdicts: Sequence[bool | None]) -> bool | None:
 def total_usage(usages: Sequence[UsageData]) -> UsageData:
     """The field-by-field sum of `usages` (a new dict); the cost is None when any part's cost is."""
     if len(usages) == 1:
-        return dict(usages[0])  # type: ignore[return-value]
+        return usages[0].copy()
     if all(usage is ZERO_USAGE for usage in usages):  # static-only calls: nothing to add up
-        return dict(ZERO_USAGE)  # type: ignore[return-value]
+        return ZERO_USAGE.copy()
     total: dict[str, Any] = {}
     for key in ZERO_USAGE:
         values = [usage[key] for usage in usages]  # type: ignore[literal-required]

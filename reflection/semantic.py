@@ -215,7 +215,7 @@ class _Reading(NamedTuple):
     problems: dict[str, str]
 
 
-def _answers(data: Any, checks: tuple[str, ...]) -> tuple[dict[str, Any], str | None, set[str]]:
+def _answers(data: Any, checks: tuple[str, ...]) -> tuple[dict[str, Any], str | None, set[str | None]]:
     """Each check's answer object in the reply, by name; a note when the names were not
     exact top-level keys (matched ignoring case, under one wrapper key, or a lone check's
     answer given as the whole reply); and the checks answered twice, differently."""
@@ -224,8 +224,8 @@ def _answers(data: Any, checks: tuple[str, ...]) -> tuple[dict[str, Any], str | 
     exact = {name: data[name] for name in checks if name in data}
     if len(exact) == len(checks) == len(data):
         return exact, None, set()
-    lowered: dict[str, Any] = {}
-    twice: set[str] = set()  # a name answered twice, differently: which answer counts is not certain
+    lowered: dict[str | None, Any] = {}  # None: a key that is not a string (no check's name)
+    twice: set[str | None] = set()  # a name answered twice, differently: which answer counts is not certain
     for key, value in data.items():
         name = key.strip().lower() if isinstance(key, str) else None
         if name in lowered and lowered[name] != value:

@@ -850,7 +850,10 @@ def _raise_if_gave_up(errors: Any, root: Any, key: tuple[str] | None) -> None:
         kind = error.kind
         if isinstance(kind, _ENGINE_FAILURES):
             pattern = _schema_at(root, error.schema_path) if key is None else None
-            raise _PatternGaveUp(pattern, key if key is not None else tuple(error.instance_path), kind.error)
+            # The backtrack limit names its reason `error`, another engine failure `message`.
+            reason = kind.error if isinstance(kind, jsonschema_rs.ValidationErrorKind.BacktrackLimitExceeded) \
+                else kind.message
+            raise _PatternGaveUp(pattern, key if key is not None else tuple(error.instance_path), reason)
         if isinstance(kind, _UNION_FAILURES):
             for branch in kind.context:
                 stack.extend(branch)

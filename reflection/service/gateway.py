@@ -312,7 +312,7 @@ class Gateway:
                 raise Refused(problem(502, "the upstream sent a choice whose index is not an integer"))
             state = choices.setdefault(index, ChatChoice(self.max_calls))
             state.base = base
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            delta = given if isinstance(given := choice.get("delta"), dict) else {}
             state.take(delta)
             rest = {k: v for k, v in delta.items() if k not in ("tool_calls", "function_call")}
             finish = choice.get("finish_reason")
