@@ -271,7 +271,7 @@ def _history(text: str, functions: list[dict[str, Any]], calls: list[tuple[str, 
     history.append({"role": "user", "content": [{"type": "text", "text": text}] if anthropic else text})
     if rng.random() < 0.45:  # an earlier turn: the agent called a tool and got its result
         name, args = calls[rng.randrange(len(calls))]
-        result = json.dumps({"status": "ok", "result": {k: v for k, v in list(args.items())[:2]}})
+        result = json.dumps({"status": "ok", "result": dict(list(args.items())[:2])})
         if anthropic:
             history.append({"role": "assistant", "content": [
                 {"type": "text", "text": "Let me look that up."},
@@ -316,7 +316,7 @@ def mixed_corpus(n: int, seed: int = 26, invalid: float = 0.85, variants: int = 
             if isinstance(arguments, dict) and fault not in ("broken_spec", "no_specs"):
                 name, arguments = _mixed_fault(fault, name, arguments, function, rng)
         tools: list[dict[str, Any]] = [] if "no_specs" in faults else [
-            _render_mixed(f, fmt, broken="broken_spec" in faults and f is function) for f, fmt in zip(chosen, formats)]
+            _render_mixed(f, fmt, broken="broken_spec" in faults and f is function) for f, fmt in zip(chosen, formats, strict=True)]
         shape = rng.randrange(3)
         text_args = arguments if isinstance(arguments, str) else json.dumps(arguments)
         if shape == 0:

@@ -87,7 +87,7 @@ def start_service(tmp: Path, upstream: str, nofile: int, root: Path = ROOT) -> t
         process = subprocess.Popen([sys.executable, "-c", "from reflection.cli import app; app()", "serve",
                                     "--config", str(config), "--port", "0"],
                                    stdout=subprocess.DEVNULL, stderr=err, env=_env(root), cwd=root,
-                                   preexec_fn=_limit_files(nofile))  # noqa: PLW1509 - no threads here yet
+                                   preexec_fn=_limit_files(nofile))  # safe between fork and exec: no threads here yet
     return process, _wait_for(process, log, r"serving on (http://127\.0\.0\.1:\d+)", "/healthz"), log
 
 

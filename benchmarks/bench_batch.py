@@ -41,12 +41,11 @@ import anyio  # noqa: E402
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
-from reflection.judge.transport import judge_http_client  # noqa: E402
-
 from reflection.batch import read_report, run_batch  # noqa: E402
 from reflection.batch._synthetic import synthetic_rows, write_jsonl  # noqa: E402
 from reflection.config import ReflectionConfig  # noqa: E402
 from reflection.judge import JudgeConfig  # noqa: E402
+from reflection.judge.transport import judge_http_client  # noqa: E402
 
 
 def start_server(latency: float) -> tuple[subprocess.Popen[str], str]:

@@ -38,7 +38,7 @@ _VALUES = 64
 def _case(history_text: str, values: list[Any]) -> tuple[Any, Any, Any]:
     names = [f"v{i}" for i in range(len(values))]
     tools = normalize_tools([{"name": "f", "parameters": {"type": "object", "properties": {n: {} for n in names}}}])
-    call = normalize_call({"name": "f", "arguments": dict(zip(names, values))})
+    call = normalize_call({"name": "f", "arguments": dict(zip(names, values, strict=True))})
     history = normalize_history([{"role": "user", "content": "please use the tool output"},
                                  {"role": "tool", "tool_call_id": "1", "content": history_text}])
     return call, history, tools.get("f")

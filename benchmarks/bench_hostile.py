@@ -31,8 +31,8 @@ _HARD_PATTERN = r"^(?!(a*)*\1!)a+$"
 
 
 def _row(tools: list[dict[str, Any]], arguments_json: str, history: Any = None) -> bytes:
-    text = '{"id": "r", "tools": %s, "history": %s, "call": {"name": "%s", "arguments": %s}}' % (
-        json.dumps(tools), json.dumps(history), tools[0]["name"], arguments_json)
+    text = (f'{{"id": "r", "tools": {json.dumps(tools)}, "history": {json.dumps(history)}, '
+            f'"call": {{"name": "{tools[0]["name"]}", "arguments": {arguments_json}}}}}')
     return text.encode()
 
 

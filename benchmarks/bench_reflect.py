@@ -23,11 +23,11 @@ import httpx
 import openai
 
 from reflection import ReflectionConfig, Reflector
-from reflection.judge import JudgeConfig
-from reflection.semantic import SemanticRequest, build_messages
 from reflection.formats import normalize_call, normalize_history, normalize_tools
 from reflection.grounding import ground_call
+from reflection.judge import JudgeConfig
 from reflection.model import SEMANTIC_CHECKS
+from reflection.semantic import SemanticRequest, build_messages
 
 
 def _tool(name: str, description: str, properties: dict, required: list[str]) -> dict:

@@ -24,7 +24,21 @@ from reflection._lazy import lazy_attributes
 if TYPE_CHECKING:
     from reflection.batch import reflect_dataset
     from reflection.config import ReflectionConfig, ServiceConfig, UpstreamConfig
+    from reflection.errors import (
+        ConfigError,
+        JudgeError,
+        JudgeFatalError,
+        LabelError,
+        NotAResultRow,
+        OutputCorrupt,
+        OutputLocked,
+        ReflectionError,
+        RowError,
+        RowProblem,
+    )
     from reflection.formats import normalize_call, normalize_calls, normalize_history, normalize_tools
+    from reflection.gate import Decision, Gate, GatePolicy, ToolRule
+    from reflection.judge import Judge, JudgeConfig, Price
     from reflection.model import (
         SEMANTIC_CHECKS,
         STATIC_CHECKS,
@@ -39,22 +53,7 @@ if TYPE_CHECKING:
         ToolInventory,
         ToolSpec,
     )
-
-    from reflection.errors import (
-        ConfigError,
-        JudgeError,
-        JudgeFatalError,
-        LabelError,
-        NotAResultRow,
-        OutputCorrupt,
-        OutputLocked,
-        ReflectionError,
-        RowError,
-        RowProblem,
-    )
-    from reflection.judge import Judge, JudgeConfig, Price
     from reflection.pipeline import Reflector, reflect, reflect_sync
-    from reflection.gate import Decision, Gate, GatePolicy, ToolRule
     from reflection.scoring import (
         ScoreWeights,
         ToolCallingEvaluator,
@@ -140,33 +139,33 @@ __all__ = [
     "Finding",
     "Gate",
     "GatePolicy",
+    "History",
     "Judge",
     "JudgeConfig",
     "JudgeError",
     "JudgeFatalError",
     "LabelError",
+    "Message",
     "NotAResultRow",
     "OutputCorrupt",
     "OutputLocked",
     "Price",
-    "ReflectionError",
     "ReflectionConfig",
-    "ServiceConfig",
-    "UpstreamConfig",
-    "Reflector",
-    "History",
-    "Message",
+    "ReflectionError",
     "ReflectionResult",
+    "Reflector",
     "RowError",
     "RowProblem",
-    "SemanticCheckResult",
     "ScoreWeights",
+    "SemanticCheckResult",
+    "ServiceConfig",
     "StaticResult",
     "ToolCall",
     "ToolCallingEvaluator",
     "ToolInventory",
     "ToolRule",
     "ToolSpec",
+    "UpstreamConfig",
     "atrajectory_correctness",
     "binary_tool_call",
     "check_call",

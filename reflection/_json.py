@@ -43,7 +43,7 @@ def parse_json(text: str | bytes | msgspec.Raw) -> Any:
     """
     try:
         return _DECODE(text)  # strict, and exact for big integers: the fast path
-    except Exception:  # noqa: BLE001, S110 - not returned: orjson below re-reads it to name the error and where
+    except Exception:  # noqa: BLE001 - not returned: orjson below re-reads it to name the error and where
         pass
     if isinstance(text, msgspec.Raw):  # a member of a row (parse_json_keeping); orjson reads bytes
         text = bytes(text)
@@ -111,7 +111,7 @@ def parse_json_keeping(text: bytes, keep: Container[str], deep: Container[str] =
     except ValueError:  # a member orjson rejects: report it where it is in the whole text
         return parse_json(text)
     try:  # a member too deep for the parsers: once more, keeping those named in `deep` as text
-        return {key: bytes(raw) if key in keep or key in deep and _too_deep_member(raw) else parse_json(raw)
+        return {key: bytes(raw) if key in keep or (key in deep and _too_deep_member(raw)) else parse_json(raw)
                 for key, raw in members.items()}
     except ValueError:
         return parse_json(text)

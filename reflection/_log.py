@@ -16,7 +16,7 @@ from reflection._text import terminal_safe
 __all__ = ["warnings_to_stderr"]
 
 
-class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+class _Stderr(logging.StreamHandler):
     """Writes to whatever `sys.stderr` is at the time (test runners swap it), one line per
     warning with no control codes: a warning may quote a server's message or a file name."""
 
@@ -27,7 +27,7 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
     def format(self, record: logging.LogRecord) -> str:
         return "warning: " + terminal_safe(record.getMessage(), one_line=True)
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> TextIO:
         return sys.stderr
 

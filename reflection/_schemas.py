@@ -486,7 +486,7 @@ def expansion(root: dict[str, Any], draft: str, document: Document | None) -> tu
             for level, down in ((objects, on_object), (arrays, on_array)):
                 level[i] = min(cap, down + sum(level[j] for j in entry.place)
                                + sum(max(level[j] for j in choice) for choice in entry.choices))
-        level = [max(a, b) for a, b in zip(objects, arrays)]
+        level = [max(a, b) for a, b in zip(objects, arrays, strict=True)]
         worst = max(worst, level[0])
         key = tuple(level)
         if not any(level) or key in seen:
@@ -620,7 +620,7 @@ def _in_place_order(graph: list[_Node]) -> tuple[list[int], list[int] | None]:
             if state[target] == 1:
                 if dynamic:
                     continue
-                return [], chain[chain.index(target):] + [target]
+                return [], [*chain[chain.index(target):], target]
             if state[target] == 0:
                 state[target] = 1
                 chain.append(target)

@@ -234,6 +234,10 @@ GateAction = Literal["allow", "modify", "reflect", "deny", "escalate"]
 RiskTier = Literal["low", "high"]
 
 
+def _fail_open_on_low_risk() -> dict[RiskTier, Literal["allow", "deny", "escalate"]]:
+    return {"low": "allow", "high": "deny"}
+
+
 class ToolRule(BaseModel):
     """How the gate treats tools whose name matches `match` (a shell-style glob, e.g. `search_*`)."""
 
@@ -268,7 +272,7 @@ class GatePolicy(BaseModel):
     deadline_ms: float | None = Field(default=None, gt=0)
     """Upper bound on one decision's wait for the judge; past it the judge counts as failed."""
     on_judge_failure: dict[RiskTier, Literal["allow", "deny", "escalate"]] = Field(
-        default_factory=lambda: {"low": "allow", "high": "deny"})
+        default_factory=_fail_open_on_low_risk)
     """Per risk tier, the action when the judge fails, times out or is uncertain:
     `allow` fails open, `deny` or `escalate` fail closed."""
     cache_size: int = Field(default=1024, ge=0)

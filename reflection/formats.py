@@ -27,11 +27,11 @@ from reflection._json import (
     vouch_json_like,
 )
 from reflection._lru import LRU
-from reflection._text import printable
 from reflection._own_words import strip_own_words
-from reflection.model import History, Message, SpecProblem, ToolCall, ToolInventory, ToolSpec, trusted_from
+from reflection._text import printable
+from reflection.model import History, Message, SpecFormat, SpecProblem, ToolCall, ToolInventory, ToolSpec, trusted_from
 
-__all__ = ["normalize_tools", "normalize_call", "normalize_calls", "normalize_history"]
+__all__ = ["normalize_call", "normalize_calls", "normalize_history", "normalize_tools"]
 
 # Python and BFCL type names -> JSON Schema. JSON Schema never uses these names itself,
 # so the mapping is safe to apply to every spec.
@@ -172,7 +172,7 @@ def _inventory_of_specs(text: bytes) -> ToolInventory | None:
         tools.append(spec)
     key = tuple(map(id, tools))  # the specs are kept alive by the entry: their ids stay theirs
     hit = _SPEC_INVENTORIES.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], tools)):
+    if hit is not None and all(a is b for a, b in zip(hit[0], tools, strict=True)):
         return hit[1]
     if len({tool.name for tool in tools}) < len(tools):
         return None  # a name defined twice: the whole-list path reports it
@@ -241,7 +241,7 @@ def _unusable_tool(item: Any, index: int, problem: str) -> SpecProblem:
 def _normalize_tool(item: Any, index: int) -> ToolSpec | SpecProblem:
     if not isinstance(item, dict):
         return SpecProblem(index=index, name=None, message=f"tool spec #{index} must be an object, got {_kind(item)}")
-    fmt: str
+    fmt: SpecFormat
     body = item
     if isinstance(item.get("function"), dict) and item.get("type", "function") == "function":
         fmt, body = "openai", item["function"]
@@ -264,7 +264,7 @@ def _normalize_tool(item: Any, index: int) -> ToolSpec | SpecProblem:
     key = {"openai": "parameters", "function": "parameters", "parameter_list": "parameters",
            "anthropic": "input_schema", "mcp": "inputSchema"}[fmt]
     schema = body.get(key)
-    if fmt == "parameter_list":
+    if fmt == "parameter_list" and isinstance(schema, list):  # always a list here: the format is read from it
         result = _parameter_list_schema(schema, name)
         if isinstance(result, str):
             return SpecProblem(index=index, name=name, message=result)
@@ -278,7 +278,7 @@ def _normalize_tool(item: Any, index: int) -> ToolSpec | SpecProblem:
         declared = schema.get("type")
         if declared is not None and declared != "object" and not (isinstance(declared, list) and "object" in declared):
             return SpecProblem(index=index, name=name, message=f"tool {name!r}: {key} must describe an object (\"type\": \"object\"), got \"type\": {declared!r}")
-    return ToolSpec(name=name, description=description, parameters=schema, source_format=fmt)  # type: ignore[arg-type]
+    return ToolSpec(name=name, description=description, parameters=schema, source_format=fmt)
 
 
 def _parameter_list_schema(params: list[Any], tool: str) -> dict[str, Any] | str:
@@ -587,7 +587,7 @@ def normalize_history(raw: Any) -> History:
             return _without_own_words(raw)
         # Hand-built messages that cannot be checked or sent on are skipped, as read ones are.
         return _without_own_words(History(
-            messages=tuple(m for m, problem in zip(raw.messages, found) if problem is None),
+            messages=tuple(m for m, problem in zip(raw.messages, found, strict=True) if problem is None),
             problems=(*raw.problems, *(f"history message #{i} was skipped: {problem}"
                                        for i, problem in enumerate(found) if problem))))
     if isinstance(raw, bytes):  # JSON text (a dataset row's history too deep to parse with the row)
@@ -850,6 +850,7 @@ def call_identity(call: Any) -> bytes:
     """What makes two calls the same call: the tool and its arguments as read (JSON text parsed,
     leniently as the clients' readers parse it; text that is not JSON kept as text), in any of the
     shapes (`function.arguments`, `arguments`, Anthropic's `input`). Equal bytes: the same call."""
+    import contextlib
     import json
 
     function = call.get("function", call) if isinstance(call, dict) else {}
@@ -860,10 +861,8 @@ def call_identity(call: Any) -> bytes:
         try:
             arguments = parse_json(arguments)
         except ValueError:
-            try:
+            with contextlib.suppress(ValueError, RecursionError):
                 arguments = json.loads(arguments)
-            except (ValueError, RecursionError):
-                pass
     key = [function.get("name"), arguments]
     try:
         return dumps(key).encode()

@@ -19,7 +19,7 @@ import logging
 import math
 import threading
 import time
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import anyio.lowlevel
@@ -40,7 +40,7 @@ __all__ = ["Decision", "Gate", "GatePolicy", "MemoryJudgeCache", "ToolRule"]
 
 logger = logging.getLogger("reflection.gate")
 
-_BLOCKING = frozenset({"reflect", "deny", "escalate"})
+_BLOCKING: Final = ("reflect", "deny", "escalate")  # a tuple of literals: `in` narrows the action
 # Where a value may come from for the cascade to trust it without the judge: the people and
 # tools in the conversation, or the spec's default. An enum member alone is only "allowed".
 _TRUSTED_SOURCES = frozenset({"user", "tool", "system", "default"})
@@ -336,7 +336,7 @@ def _removes(original: Any, corrected: Any) -> bool:
     if isinstance(original, list):
         if not isinstance(corrected, list):
             return bool(original)
-        return len(corrected) < len(original) or any(_removes(a, b) for a, b in zip(original, corrected))
+        return len(corrected) < len(original) or any(_removes(a, b) for a, b in zip(original, corrected, strict=False))
     return False
 
 

@@ -23,7 +23,7 @@ import re
 from bisect import bisect_right
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, TypedDict, overload
 
 from reflection.model import History, ToolCall, ToolSpec, ValueGrounding
 from reflection.results import GroundingData, SourceData
@@ -103,6 +103,13 @@ def _needles(value: Any) -> list[str]:
         return [str(value)]
     text = " ".join(str(value).split()).lower()
     return [text] if text else []
+
+
+class _Span(TypedDict):
+    """Where a match is in the conversation (`_Conversation._marked_sources` with `spans`)."""
+
+    start: int
+    end: int
 
 
 class _Conversation:
@@ -247,12 +254,20 @@ class _Conversation:
             ends.insert(i, end)
         return end
 
+    @overload
     def _marked_sources(self, literal: str | None, pattern: re.Pattern[str] | None,
-                        spans: bool = False) -> list[dict[str, Any]]:
+                        spans: Literal[False] = False) -> list[SourceData]: ...
+
+    @overload
+    def _marked_sources(self, literal: str | None, pattern: re.Pattern[str] | None,
+                        spans: Literal[True]) -> list[_Span]: ...
+
+    def _marked_sources(self, literal: str | None, pattern: re.Pattern[str] | None,
+                        spans: bool = False) -> list[SourceData] | list[_Span]:
         """`sources` (or, with `spans`, {"start", "end"} of each match) found in the marked copy
         of the conversation, by `literal` (a marked needle) or `pattern` (a number's)."""
         marked, marked_starts = self._marked_text()
-        out: list[dict[str, Any]] = []
+        out: list[Any] = []  # SourceData, or _Span with `spans`
         position = 0
         while True:
             if pattern is None:
@@ -462,7 +477,7 @@ def _spec_sources(schema: dict[str, Any], schema_path: tuple[str, ...], value: A
         node = node.get("items") if step == "[]" else (node.get("properties") or {}).get(step)
     if not isinstance(node, dict):
         return []
-    out = []
+    out: list[SourceData] = []
     if "default" in node and _same(node["default"], value):
         out.append({"kind": "default", "index": None, "message_index": None, "quote": f"default: {node['default']!r}"})
     enum = node.get("enum")
@@ -487,5 +502,5 @@ def _key(value: Any) -> tuple[Any, Any]:
 
 
 def _same(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b or (isinstance(a, (int, float)) and isinstance(b, (int, float))
+    return (type(a) is type(b) and a == b) or (isinstance(a, (int, float)) and isinstance(b, (int, float))
                                              and not isinstance(a, bool) and not isinstance(b, bool) and a == b)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
@@ -33,10 +33,33 @@ from reflection.results import (  # the check names are the contract's; here for
 )
 
 __all__ = [
-    "SEMANTIC_CATEGORIES", "SEMANTIC_CHECKS", "STATIC_CHECKS", "CheckReply", "CheckResult", "Finding", "History",
-    "JudgeUsage", "Message", "PASSED", "ReflectionResult", "SemanticCheckResult", "SemanticCorrection", "SemanticStatus",
-    "SpecFormat", "SpecProblem", "StaticResult", "ToolCall", "ToolInventory", "ToolSpec", "ValueGrounding", "ValueSource",
-    "ValueSourceKind", "plain_text", "quoted", "trusted", "trusted_from",
+    "PASSED",
+    "SEMANTIC_CATEGORIES",
+    "SEMANTIC_CHECKS",
+    "STATIC_CHECKS",
+    "CheckReply",
+    "CheckResult",
+    "Finding",
+    "History",
+    "JudgeUsage",
+    "Message",
+    "ReflectionResult",
+    "SemanticCheckResult",
+    "SemanticCorrection",
+    "SemanticStatus",
+    "SpecFormat",
+    "SpecProblem",
+    "StaticResult",
+    "ToolCall",
+    "ToolInventory",
+    "ToolSpec",
+    "ValueGrounding",
+    "ValueSource",
+    "ValueSourceKind",
+    "plain_text",
+    "quoted",
+    "trusted",
+    "trusted_from",
 ]  # plain_text (`reflection._text.plain_line`) and quoted stay here for the users who import them
 
 SpecFormat = Literal["openai", "function", "anthropic", "mcp", "parameter_list", "native"]
@@ -70,7 +93,7 @@ def trusted(cls: type[_M], **values: Any) -> _M:
     return trusted_from(cls, values)
 
 
-def trusted_from(cls: type[_M], values: dict[str, Any]) -> _M:
+def trusted_from(cls: type[_M], values: Mapping[str, Any]) -> _M:
     """`trusted(cls, **values)` for a dict already built (not copied again)."""
     try:
         defaults = _UNSET_FIELDS[cls]
@@ -191,7 +214,7 @@ class CheckResult(_Frozen):
 PASSED = CheckResult(passed=True)
 """The passing check the static results share (they are immutable)."""
 
-_ALL_PASSED: dict[str, CheckResult] = {name: PASSED for name in STATIC_CHECKS}  # results.ALL_PASSED as models
+_ALL_PASSED: dict[str, CheckResult] = dict.fromkeys(STATIC_CHECKS, PASSED)  # results.ALL_PASSED as models
 
 
 class StaticResult(_Frozen):
@@ -210,7 +233,7 @@ class StaticResult(_Frozen):
         """True when every static check passed."""
         # Read once per row: a loop, not all(<generator>), and the shared passing check is
         # known by identity (reading a field of a pydantic model costs far more).
-        for check in self.checks.values():
+        for check in self.checks.values():  # noqa: SIM110 - see above
             if check is not PASSED and not check.passed:
                 return False
         return True
@@ -331,7 +354,7 @@ class JudgeUsage(_Frozen):
     def total(cls, usages: Iterable[JudgeUsage]) -> JudgeUsage:
         """The field-by-field sum of `usages` (`results.total_usage`); the cost is None when any part's cost is."""
         data: list[UsageData] = [u.model_dump() for u in usages]  # type: ignore[misc]
-        return cls(**(total_usage(data) if data else {}))
+        return cls(**total_usage(data)) if data else cls()
 
 
 class ReflectionResult(_Frozen):
@@ -358,7 +381,7 @@ class ReflectionResult(_Frozen):
         of the dump's cost."""
         return {"static": {"checks": {name: {"passed": check.passed}  # type: ignore[typeddict-item]
                                       for name, check in self.static.checks.items()}},
-                "semantic": {name: {"status": check.status, "score": check.score}  # type: ignore[typeddict-item]
+                "semantic": {name: {"status": check.status, "score": check.score}
                              for name, check in self.semantic.items()},
                 "overall_valid": self.overall_valid}
 

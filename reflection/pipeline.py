@@ -12,8 +12,7 @@ import sniffio
 
 from reflection import telemetry
 from reflection.config import ReflectionConfig
-from reflection.formats import is_parallel
-from reflection.formats import normalize_calls, normalize_history, normalize_tools
+from reflection.formats import is_parallel, normalize_calls, normalize_history, normalize_tools
 from reflection.grounding import ground
 from reflection.model import (
     History,
@@ -236,7 +235,7 @@ def core_data(call: ToolCall, inventory: ToolInventory, history: History, ground
     if grounding and call.error is None:
         tool = prepared.tools.get(call.name)
         grounded = ground(call, history, tool[0] if tool is not None else None)
-    return {"call": call, "static": static, "grounding": grounded, "warnings": static["warnings"] + history.problems}
+    return {"call": call, "static": static, "grounding": grounded, "warnings": (*static["warnings"], *history.problems)}
 
 
 _NO_SEMANTIC: dict[str, SemanticData] = {}

@@ -193,7 +193,7 @@ class ResultData(TypedDict):
 CHECK_PASSED: CheckData = {"passed": True, "findings": ()}
 """The passing check, shared by every result that has one."""
 
-ALL_PASSED: dict[str, CheckData] = {name: CHECK_PASSED for name in STATIC_CHECKS}
+ALL_PASSED: dict[str, CheckData] = dict.fromkeys(STATIC_CHECKS, CHECK_PASSED)
 """The checks of a call that passes them all (`flat_keys` knows it by identity)."""
 
 ZERO_USAGE: UsageData = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
@@ -265,9 +265,9 @@ def combine(verdicts: Sequence[bool | None]) -> bool | None:
 def total_usage(usages: Sequence[UsageData]) -> UsageData:
     """The field-by-field sum of `usages` (a new dict); the cost is None when any part's cost is."""
     if len(usages) == 1:
-        return dict(usages[0])  # type: ignore[return-value]
+        return usages[0].copy()
     if all(usage is ZERO_USAGE for usage in usages):  # static-only calls: nothing to add up
-        return dict(ZERO_USAGE)  # type: ignore[return-value]
+        return ZERO_USAGE.copy()
     total: dict[str, Any] = {}
     for key in ZERO_USAGE:
         values = [usage[key] for usage in usages]  # type: ignore[literal-required]

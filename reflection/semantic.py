@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -202,7 +203,7 @@ def reply_schema(checks: tuple[str, ...]) -> dict[str, Any]:
     """Strict-mode-compatible JSON Schema of a reply answering `checks`."""
     return {
         "type": "object",
-        "properties": {name: _CHECK_SCHEMA for name in checks},
+        "properties": dict.fromkeys(checks, _CHECK_SCHEMA),
         "required": list(checks),
         "additionalProperties": False,
     }
@@ -215,7 +216,7 @@ class _Reading(NamedTuple):
     problems: dict[str, str]
 
 
-def _answers(data: Any, checks: tuple[str, ...]) -> tuple[dict[str, Any], str | None, set[str]]:
+def _answers(data: Any, checks: tuple[str, ...]) -> tuple[dict[str, Any], str | None, set[str | None]]:
     """Each check's answer object in the reply, by name; a note when the names were not
     exact top-level keys (matched ignoring case, under one wrapper key, or a lone check's
     answer given as the whole reply); and the checks answered twice, differently."""
@@ -224,8 +225,8 @@ def _answers(data: Any, checks: tuple[str, ...]) -> tuple[dict[str, Any], str | 
     exact = {name: data[name] for name in checks if name in data}
     if len(exact) == len(checks) == len(data):
         return exact, None, set()
-    lowered: dict[str, Any] = {}
-    twice: set[str] = set()  # a name answered twice, differently: which answer counts is not certain
+    lowered: dict[str | None, Any] = {}  # None: a key that is not a string (no check's name)
+    twice: set[str | None] = set()  # a name answered twice, differently: which answer counts is not certain
     for key, value in data.items():
         name = key.strip().lower() if isinstance(key, str) else None
         if name in lowered and lowered[name] != value:
@@ -247,7 +248,7 @@ def _answers(data: Any, checks: tuple[str, ...]) -> tuple[dict[str, Any], str | 
 _REPAIRED = "the reply was near-JSON (single quotes, Python literals or trailing commas), repaired"
 
 
-def _parse_reply(checks: tuple[str, ...], tools: frozenset[str] | None):  # noqa: ANN202 - a validator closure
+def _parse_reply(checks: tuple[str, ...], tools: frozenset[str] | None) -> Callable[[Any], _Reading]:
     """The validator for a reply answering `checks`: the checks it answered, and why the
     others could not be read. Raises ValueError when it answered none of them."""
 

@@ -45,6 +45,16 @@ import jsonschema_rs
 import orjson
 
 from reflection._corrections import closest_name, suggest_correction
+from reflection._json import (
+    FINITE,
+    SOUND,
+    canonical_bytes,
+    dumps,
+    json_type,
+    require_json_like,
+    value_problem,
+)
+from reflection._lru import LRU, set_cache_size
 from reflection._schemas import (
     DRAFT4,
     DRAFT6,
@@ -58,17 +68,7 @@ from reflection._schemas import (
     has_references,
     names_at,
 )
-from reflection._lru import LRU, set_cache_size
 from reflection._text import shorten
-from reflection._json import (
-    FINITE,
-    SOUND,
-    canonical_bytes,
-    dumps,
-    json_type,
-    require_json_like,
-    value_problem,
-)
 from reflection.formats import checked_call, normalize_raw_calls, normalize_tools
 from reflection.model import SpecProblem, StaticResult, ToolCall, ToolInventory, ToolSpec
 from reflection.results import ALL_PASSED, FindingData, StaticData
@@ -728,7 +728,7 @@ def _closed_object(error: Any, args: dict[str, Any], root: dict[str, Any], issue
         return False
     for prop, item in value.items():
         issues.append(_Issue(
-            "non_existent_parameter", at + (prop,), f'{_path(at + (prop,))}: "{prop}" is not allowed here '
+            "non_existent_parameter", (*at, prop), f'{_path((*at, prop))}: "{prop}" is not allowed here '
             "(additionalProperties is false, and no property is defined). Remove it.", expected=[], actual=prop,
             keyword="additionalProperties", at=at, value=item))
     return True
@@ -851,7 +851,10 @@ def _raise_if_gave_up(errors: Any, root: Any, key: tuple[str] | None) -> None:
         kind = error.kind
         if isinstance(kind, _ENGINE_FAILURES):
             pattern = _schema_at(root, error.schema_path) if key is None else None
-            raise _PatternGaveUp(pattern, key if key is not None else tuple(error.instance_path), kind.error)
+            # The backtrack limit names its reason `error`, another engine failure `message`.
+            reason = kind.error if isinstance(kind, jsonschema_rs.ValidationErrorKind.BacktrackLimitExceeded) \
+                else kind.message
+            raise _PatternGaveUp(pattern, key if key is not None else tuple(error.instance_path), reason)
         if isinstance(kind, _UNION_FAILURES):
             for branch in kind.context:
                 stack.extend(branch)
@@ -914,7 +917,7 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
         prop = kind.property
         hint = _property_hint(root, error.schema_path, prop)
         issues.append(_Issue(
-            "missing_required_parameter", at + (prop,), f'{_path(at + (prop,))}: required parameter "{prop}" is '
+            "missing_required_parameter", (*at, prop), f'{_path((*at, prop))}: required parameter "{prop}" is '
             f"missing{hint}. Add it.", expected=prop, actual=None, keyword=keyword, at=at))
     elif name in ("enum", "const"):
         if name == "enum":
@@ -939,7 +942,7 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
         for prop in kind.unexpected:
             value = error.instance.get(prop, _MISSING) if isinstance(error.instance, dict) else _MISSING
             issues.append(_Issue(
-                "non_existent_parameter", at + (prop,), f'{_path(at + (prop,))}: "{prop}" is not allowed here '
+                "non_existent_parameter", (*at, prop), f'{_path((*at, prop))}: "{prop}" is not allowed here '
                 f"(additionalProperties is false{listing}). Remove it.", expected=allowed[:MAX_LISTED], actual=prop,
                 keyword=keyword, at=at, value=value))
     elif isinstance(kind, _UNION_FAILURES):
@@ -947,7 +950,7 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
     elif name == "unevaluatedProperties":
         for prop in kind.unexpected:
             issues.append(_Issue(
-                "json_schema_violation", at + (prop,), f'{_path(at + (prop,))}: "{prop}" is not evaluated by any '
+                "json_schema_violation", (*at, prop), f'{_path((*at, prop))}: "{prop}" is not evaluated by any '
                 "subschema and unevaluatedProperties forbids it. Remove it.", expected=None, actual=prop,
                 keyword=keyword, at=at))
     else:

@@ -12,7 +12,8 @@ Spans go to the global tracer provider (`opentelemetry.trace.set_tracer_provider
 function is a no-op, and with the API but no SDK the spans are OpenTelemetry's own no-ops.
 
 It knows the objects it records only by the attributes it reads (the protocols below, which a
-`JudgeConfig`, a `ReflectionResult` and a gate `Decision` satisfy), so every layer can record
+`JudgeConfig`, a `ReflectionResult` and a gate `Decision` satisfy; read-only, so a narrower
+field type, a `Literal` or a model's dict, satisfies them), so every layer can record
 spans without this module importing any of them.
 """
 
@@ -29,56 +30,81 @@ __all__ = ["gate_span", "judge_span", "record_completion", "record_decision", "r
 class JudgeEndpoint(Protocol):
     """What `judge_span` reads of a judge's configuration (`JudgeConfig`)."""
 
-    model: str
-    base_url: str
-    max_completion_tokens: int
+    @property
+    def model(self) -> str: ...
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def max_completion_tokens(self) -> int: ...
 
 
 class _Finding(Protocol):
-    message: str
+    @property
+    def message(self) -> str: ...
 
 
 class _Check(Protocol):
-    passed: bool
-    findings: Sequence[_Finding]
+    @property
+    def passed(self) -> bool: ...
+    @property
+    def findings(self) -> Sequence[_Finding]: ...
 
 
 class _Static(Protocol):
-    checks: Mapping[str, _Check]
-    """Every static check, in report order."""
+    @property
+    def checks(self) -> Mapping[str, _Check]:
+        """Every static check, in report order."""
+        ...
 
 
 class _Semantic(Protocol):
-    status: str
-    score: int | None
-    explanation: str
-    error: str | None
+    @property
+    def status(self) -> str: ...
+    @property
+    def score(self) -> int | None: ...
+    @property
+    def explanation(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
 
 
 class _Usage(Protocol):
-    requests: int
-    prompt_tokens: int
-    completion_tokens: int
-    cost_usd: float | None
+    @property
+    def requests(self) -> int: ...
+    @property
+    def prompt_tokens(self) -> int: ...
+    @property
+    def completion_tokens(self) -> int: ...
+    @property
+    def cost_usd(self) -> float | None: ...
 
 
 class RecordedResult(Protocol):
     """What `record_result` reads of a reflection (`ReflectionResult`)."""
 
-    overall_valid: bool | None
-    judge_skipped: str | None
-    usage: _Usage
-    static: _Static
-    semantic: Mapping[str, _Semantic]
+    @property
+    def overall_valid(self) -> bool | None: ...
+    @property
+    def judge_skipped(self) -> str | None: ...
+    @property
+    def usage(self) -> _Usage: ...
+    @property
+    def static(self) -> _Static: ...
+    @property
+    def semantic(self) -> Mapping[str, _Semantic]: ...
 
 
 class RecordedDecision(Protocol):
     """What `record_decision` reads of a gate decision (`Decision`)."""
 
-    action: str
-    reason: str
-    shadow_action: str | None
-    cost_usd: float | None
+    @property
+    def action(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def shadow_action(self) -> str | None: ...
+    @property
+    def cost_usd(self) -> float | None: ...
 
 
 _EXPLANATION_CHARS = 1000

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from reflection.errors import JudgeError
-from reflection.model import CheckReply, SemanticCheckResult, StaticResult
+from reflection.model import CheckReply, SemanticCheckResult, SemanticStatus, StaticResult
 
 __all__ = ["judge_check", "overall_valid"]
 
@@ -17,6 +17,7 @@ def judge_check(reply: CheckReply | JudgeError, threshold: int, uncertain_below:
     if isinstance(reply, JudgeError):
         return SemanticCheckResult(status="error", error=reply.reason)
     # A check without a confidence is never marked uncertain: the judge did not say it was unsure.
+    status: SemanticStatus
     if uncertain_below is not None and reply.confidence is not None and reply.confidence < uncertain_below:
         status = "uncertain"
     else:

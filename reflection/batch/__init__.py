@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 from reflection._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from reflection.judge.cache import SQLiteJudgeCache
     from reflection.batch._output import OutputCorrupt, OutputLocked
     from reflection.batch.html import BatchHtmlReport, ScoreHtmlReport, batch_report_html
     from reflection.batch.inputs import SourceRow, read_source
     from reflection.batch.report import BatchReport, build_report, read_report, render_report
     from reflection.batch.runner import DEFAULT_CACHE_NAME, BatchStats, default_cache_path, reflect_dataset, run_batch
+    from reflection.judge.cache import SQLiteJudgeCache
 
 _HOMES = {
     "SQLiteJudgeCache": "reflection.judge.cache",

@@ -40,7 +40,7 @@ import signal
 import sys
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Container, Iterable, Iterator
+from collections.abc import AsyncGenerator, Callable, Container, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import aclosing, contextmanager
 from itertools import islice
@@ -199,7 +199,7 @@ def _context() -> Any:
 async def reflect_in_processes(
     items: Iterable[InputRow | dict[str, Any]], config: ReflectionConfig, *, workers: int, flat: bool = False,
     chunk_rows: int | None = None,
-) -> AsyncIterator[Line]:
+) -> AsyncGenerator[Line, None]:
     """Reflect prepared rows (`InputRow`s, and error rows passed through as they are) in
     `workers` processes, static checks and grounding only, yielding each output row's
     summary and line in input order, `chunk_rows` (default: `CHUNK_ROWS`) rows per chunk.
@@ -216,7 +216,7 @@ async def reflect_in_processes(
 async def reflect_lines_in_processes(
     lines: Iterable[tuple[int, bytes | str]], config: ReflectionConfig, *, workers: int, flat: bool = False,
     skip_ids: Container[str] = frozenset(), chunk_rows: int | None = None,
-) -> AsyncIterator[Reflected]:
+) -> AsyncGenerator[Reflected, None]:
     """Parse and reflect the lines of a JSON Lines file (`inputs.jsonl_lines`) in `workers`
     processes, as `reflect_in_processes` does prepared rows, yielding for each row that is not
     blank a `Reflected`, in input order. The id rules are the caller's to apply; a row whose own
@@ -268,7 +268,7 @@ class _Router:
 async def _in_processes(
     work: Callable[[list[Any]], list[Any]], items: Iterable[Any], config: ReflectionConfig, *, workers: int,
     flat: bool, chunk_rows: int | None, skip_ids: Container[str] = frozenset(),
-) -> AsyncIterator[list[Any]]:
+) -> AsyncGenerator[list[Any], None]:
     """`work` applied in worker processes to `items`, one result per item, in blocks in input order."""
     if config.judge is not None:
         raise ValueError("worker processes run static checks and grounding only; this config has a judge")

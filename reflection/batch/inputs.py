@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import io
 import json
 import re
 import stat
@@ -21,7 +22,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from reflection._json import JSONTooDeep, parse_json
 from reflection.config import DEFAULT_MAX_LINE_BYTES
@@ -89,15 +90,16 @@ def read_source(path: str | Path, fmt: str | None = None, *,
     """
     path = Path(path)
     fmt = fmt or detect_format(path)
-    readers = {"jsonl": _read_jsonl, "json": _read_json_array, "csv": _read_csv, "parquet": _read_parquet}
-    if fmt not in readers:
-        raise ValueError(f"unknown input format {fmt!r}; use one of {sorted(readers)}")
+    by_line = {"jsonl": _read_jsonl, "csv": _read_csv}  # bounded in line length
+    whole = {"json": _read_json_array, "parquet": _read_parquet}
+    if fmt not in by_line and fmt not in whole:
+        raise ValueError(f"unknown input format {fmt!r}; use one of {sorted([*by_line, *whole])}")
     if max_line_bytes < 1:
         raise ValueError(f"max_line_bytes must be at least 1, got {max_line_bytes}")
     check_input(path)
-    if fmt in ("jsonl", "csv"):
-        return readers[fmt](path, max_line_bytes)
-    return readers[fmt](path)
+    if fmt in by_line:
+        return by_line[fmt](path, max_line_bytes)
+    return whole[fmt](path)
 
 
 def count_rows(path: str | Path, fmt: str | None = None) -> int | None:
@@ -137,7 +139,7 @@ class _LineTooLong(Exception):
                          f"{size:,} bytes; it was skipped")
 
 
-def _bounded_lines(f: IO[bytes], limit: int) -> Iterator[tuple[int, bytes | _LineTooLong]]:
+def _bounded_lines(f: io.BufferedIOBase, limit: int) -> Iterator[tuple[int, bytes | _LineTooLong]]:
     """(line number, line) for each line, its newline kept; a line over `limit` bytes (newline
     excluded) is read past, never held, and comes as a `_LineTooLong` instead.
 
@@ -419,9 +421,7 @@ def decode_columns(record: dict[str, Any], position: int, *, strings_only: bool)
                 rid = record.get("id")
                 named = {"id": rid} if rid not in (None, "") else None  # the error row keeps the record's id
                 return SourceRow(position, named, error=f"record {position}: column {key!r} is not valid JSON: {exc}")
-        elif key in JSON_COLUMNS and value is None:
-            continue
-        elif not strings_only and key == "id" and value is None:
+        elif (key in JSON_COLUMNS and value is None) or (not strings_only and key == "id" and value is None):
             continue
         row[key] = value
     if strings_only and row.get("id") == "":
@@ -440,7 +440,7 @@ class _CsvLines:
     following line, so one bad record does not end the file.
     """
 
-    def __init__(self, f: IO[bytes], limit: int):
+    def __init__(self, f: io.BufferedIOBase, limit: int):
         self._lines = _bounded_lines(f, limit)
         self.number = 0
 

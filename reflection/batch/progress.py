@@ -140,17 +140,17 @@ class RichProgress:
         now = time.monotonic()
         if now - self._last >= 0.1:
             self._last = now
-            self._refresh()
+            self._refresh(self._task)
 
-    def _refresh(self) -> None:
+    def _refresh(self, task: TaskID) -> None:
         t = self.tally
-        self._progress.update(self._task, completed=t.done, rate=f"{t.rate():,.1f}", tokens=f"{t.tokens:,}",
+        self._progress.update(task, completed=t.done, rate=f"{t.rate():,.1f}", tokens=f"{t.tokens:,}",
                               cost=format_cost(t.cost), errors=t.errors)
 
     def finish(self) -> None:
         """Final refresh; stop the live display."""
         if self._task is not None:
-            self._refresh()
+            self._refresh(self._task)
             if self._progress.tasks[0].total is None or self._progress.tasks[0].total < self.tally.done:
                 self._progress.update(self._task, total=self.tally.done)
         self._progress.stop()

@@ -42,7 +42,7 @@ __all__ = ["OUTPUT_COLUMNS", "ReflectBatches", "reflect_with_ray"]
 OUTPUT_COLUMNS = ("id", "overall_valid", "error", "row")
 
 
-def OUTPUT_SCHEMA() -> Any:  # noqa: N802 - a constant, built late so importing this module needs no pyarrow
+def OUTPUT_SCHEMA() -> Any:  # upper case: a constant, built late so importing this module needs no pyarrow
     """The Arrow schema of the output batches."""
     import pyarrow as pa
 

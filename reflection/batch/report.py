@@ -24,10 +24,23 @@ from reflection._text import shorten, terminal_safe
 from reflection.batch._output import iter_output_rows, semantic_checks
 from reflection.errors import NotAResultRow
 
-__all__ = ["BatchReport", "ReportBuilder", "FailingCheck", "ErrorReason", "failed_checks", "format_cost", "format_share",
-           "percentile", "read_report", "render_report", "row_problems"]
+__all__ = [
+    "BatchReport",
+    "ErrorReason",
+    "FailingCheck",
+    "ReportBuilder",
+    "failed_checks",
+    "format_cost",
+    "format_share",
+    "percentile",
+    "read_report",
+    "render_report",
+    "row_problems",
+]
 
 _EXAMPLES = 3
+_VALIDITY: dict[Any, str] = {True: "valid", False: "invalid"}
+"""The count an `overall_valid` value adds to; another value (null) counts as "unknown"."""
 _TOP = 10
 _USAGE_FIELDS = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens")
 
@@ -164,7 +177,7 @@ class ReportBuilder:
         if "error" in row:
             self.counts["error"] += 1
         else:
-            self.counts[{True: "valid", False: "invalid"}.get(row.get("overall_valid"), "unknown")] += 1
+            self.counts[_VALIDITY.get(row.get("overall_valid"), "unknown")] += 1
         if row.get("judge_skipped"):
             self.counts["judge_skipped"] += 1
         for key, value in row.items():
@@ -315,8 +328,8 @@ def render_report(report: BatchReport, console: Console | None = None) -> None:
         errors.add_column("reason")
         errors.add_column("rows", justify="right")
         errors.add_column("example ids")
-        for item in report.error_reasons:
-            errors.add_row(_untrusted(item.reason), f"{item.rows:,}", _untrusted(", ".join(item.example_ids)))
+        for entry in report.error_reasons:
+            errors.add_row(_untrusted(entry.reason), f"{entry.rows:,}", _untrusted(", ".join(entry.example_ids)))
         console.print(errors)
 
     judge = report.judge

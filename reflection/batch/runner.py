@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Container, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Container, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -301,7 +301,7 @@ async def reflect_dataset(
 
 
 def static_lines(input: Path, config: ReflectionConfig, *, workers: int, flat: bool = False,
-                 format: str | None = None) -> AsyncIterator[Line]:
+                 format: str | None = None) -> AsyncGenerator[Line, None]:
     """What `reflection check` writes for a file when no judge is configured: each output row's
     summary and line, in input order, with the id rules of `reflect_dataset`."""
     return _static_lines(input, format or detect_format(input), config, workers=workers, flat=flat,
@@ -309,7 +309,7 @@ def static_lines(input: Path, config: ReflectionConfig, *, workers: int, flat: b
 
 
 def _static_lines(input: Path, fmt: str, config: ReflectionConfig, *, workers: int, flat: bool,
-                  skip_ids: Container[str], stats: BatchStats) -> AsyncIterator[Line]:
+                  skip_ids: Container[str], stats: BatchStats) -> AsyncGenerator[Line, None]:
     """The output lines of `input`'s rows not in `skip_ids`, static checks and grounding only, in
     input order: in `workers` processes when `use_processes` says so (JSON Lines go to them
     unparsed; other formats are prepared here), else in this one."""
@@ -322,13 +322,13 @@ def _static_lines(input: Path, fmt: str, config: ReflectionConfig, *, workers: i
     return reflect_in_processes(items, config, workers=workers, flat=flat) if processes else _in_process(items, flat)
 
 
-async def _in_process(items: Iterable[InputRow | dict[str, Any]], flat: bool) -> AsyncIterator[Line]:
+async def _in_process(items: Iterable[InputRow | dict[str, Any]], flat: bool) -> AsyncGenerator[Line, None]:
     with static_gc():  # restored when the run ends or its consumer closes it
         for item in items:
             yield static_line(item, flat)
 
 
-async def _settled(rows: AsyncIterator[Reflected], ids: Ids) -> AsyncIterator[Line]:
+async def _settled(rows: AsyncGenerator[Reflected, None], ids: Ids) -> AsyncGenerator[Line, None]:
     """The workers' rows with the id rules applied in input order: resumed rows dropped, a
     duplicate's line replaced by its error row."""
     async with contextlib.aclosing(rows):

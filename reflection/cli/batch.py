@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import typer
@@ -42,7 +42,7 @@ def _console(*, stderr: bool = False) -> Console:
     stderr never wrap (soft wrap), so log lines stay whole."""
     from rich.console import Console
 
-    options = {"stderr": True, "soft_wrap": True, "highlight": False} if stderr else {}
+    options: dict[str, Any] = {"stderr": True, "soft_wrap": True, "highlight": False} if stderr else {}
     console = Console(**options)
     if not console.is_terminal:
         console = Console(width=120, **options)

@@ -38,7 +38,6 @@ def calibrate_command(
     import anyio
     from rich.console import Console
 
-    from reflection.errors import JudgeFatalError
     from reflection._log import warnings_to_stderr
     from reflection._text import terminal_safe
     from reflection.batch.runner import default_cache_path
@@ -59,6 +58,7 @@ def calibrate_command(
         refuse_input_as_output,
     )
     from reflection.config import load_config
+    from reflection.errors import JudgeFatalError
 
     def fail(message: str) -> typer.Exit:
         # Not common.fail: a LabelError lists one unusable row per line.

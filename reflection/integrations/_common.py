@@ -8,8 +8,8 @@ from typing import Any
 
 from reflection._own_words import NOTE_MARKER
 from reflection._text import quoted, terminal_safe
-from reflection.errors import ReflectionError
 from reflection.apply import Applied, apply_decision, runs_as_proposed_tool
+from reflection.errors import ReflectionError
 from reflection.gate import Decision
 
 __all__ = ["NOTE_PREFIX", "Applied", "EscalationRequired", "applied", "approval_text", "blocked_text",

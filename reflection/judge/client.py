@@ -503,7 +503,7 @@ class Judge:
         if not isinstance(usage, dict):
             return
         details = usage.get("prompt_tokens_details")
-        counts = {"prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"),
+        counts: dict[str, Any] = {"prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"),
                   "cached_tokens": details.get("cached_tokens") if isinstance(details, dict) else None}
         for key, value in counts.items():
             if isinstance(value, float) and value.is_integer():

@@ -90,11 +90,9 @@ def _unwrap_string(value: Any, encodings: int) -> Any:
 
 def _read_wrapped(text: str, encodings: int) -> Any:
     text = _THINK.sub("", text)
-    end = None
-    for end in _THINK_END.finditer(text):  # a closing tag whose opening the server cut off
-        pass
-    if end is not None:
-        text = text[end.end():]
+    ends = list(_THINK_END.finditer(text))  # the last closing tag, whose opening the server cut off
+    if ends:
+        text = text[ends[-1].end():]
     fenced = [block for block in _FENCE.findall(text) if block.strip()]
     found: list[Any] = []
     for part in fenced or [text]:

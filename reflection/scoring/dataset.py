@@ -250,7 +250,7 @@ class ToolCallingEvaluator:
             # With a positive weight, a sample without a response to compare earns 0 quality.
             quality_all = math.fsum(r.response_quality or 0.0 for r in scored) / len(scored)
             overall = math.fsum(
-                [getattr(self.weights, name) * means[name] for name in METRICS[:3]]  # type: ignore[operator]
+                [getattr(self.weights, name) * means[name] for name in METRICS[:3]]
                 + [self.weights.response_quality * quality_all]
             )
         return DatasetReport(

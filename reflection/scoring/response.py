@@ -70,8 +70,8 @@ def rouge_l_scorer(use_stemmer: bool) -> tuple[Any, Any]:
     """`rouge-score`'s ROUGE-L scorer with `rouge_l`'s tokenizer, and that tokenizer (made once
     per `use_stemmer`); ImportError without the `metrics` extra."""
     try:
-        from nltk.stem import porter  # type: ignore[import-untyped]
-        from rouge_score import rouge_scorer, tokenizers  # type: ignore[import-untyped]
+        from nltk.stem import porter
+        from rouge_score import rouge_scorer, tokenizers
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
         raise ImportError(
             "rouge_l needs the optional 'metrics' extra: pip install 'toolcall-reflection[metrics]'"
@@ -100,7 +100,7 @@ DEBIAN_WORDNET = Path("/usr/share/wordnet")
 """Where Debian's `wordnet-base` package installs the WordNet 3.0 database."""
 # WordNet 3.0's lexicographer files, in number order (lexnames(5WN)). NLTK's reader needs the
 # `lexnames` file, which Debian's wordnet-base does not ship; the list is fixed for 3.0.
-_LEXNAMES = (
+_LEXNAMES = (  # noqa: SIM905 - a paragraph of names as lexnames(5WN) lists them, not 45 lines
     "adj.all adj.pert adv.all noun.Tops noun.act noun.animal noun.artifact noun.attribute noun.body "
     "noun.cognition noun.communication noun.event noun.feeling noun.food noun.group noun.location "
     "noun.motive noun.object noun.person noun.phenomenon noun.plant noun.possession noun.process "
@@ -129,7 +129,7 @@ def find_wordnet(path: str | Path | None = None) -> Path | None:
                                  "(it needs index.noun and data.noun, as in /usr/share/wordnet)")
             return folder.resolve()
     try:
-        import nltk  # type: ignore[import-untyped]
+        import nltk
     except ImportError:
         nltk = None
     if nltk is not None:
@@ -165,7 +165,7 @@ def meteor(prediction: str, reference: str, *, wordnet: str | Path | None = None
 def meteor_with(prediction: str, reference: str, wordnet_folder: Path | None) -> float:
     """`meteor` with the WordNet folder already found (None: no synonym stage), for callers
     scoring many rows with one WordNet."""
-    from nltk.translate.meteor_score import meteor_score  # type: ignore[import-untyped]
+    from nltk.translate.meteor_score import meteor_score
 
     hypothesis, expected = _tokens(prediction), _tokens(reference)
     if not hypothesis or not expected:
@@ -192,9 +192,9 @@ _NO_SYNONYMS = _NoSynonyms()
 def _wordnet_reader(folder: str) -> Any:
     """NLTK's WordNet reader over a database directory (loaded once per directory, ~1 s)."""
     import nltk
-    from nltk.corpus.reader.wordnet import WordNetCorpusReader  # type: ignore[import-untyped]
+    from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
-    class LocalWordNet(WordNetCorpusReader):  # type: ignore[misc]
+    class LocalWordNet(WordNetCorpusReader):
         """A plain WordNet 3.0 dict directory: `lexnames` supplied when missing, and no
         mapping to NLTK's packaged copy (which may be absent; both are 3.0)."""
 

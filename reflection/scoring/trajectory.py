@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -283,6 +283,7 @@ def _score(tools_called, expected_tools, evaluation_params, ordering, exact, thr
     for index, step in enumerate(expected):
         if step.error is not None:
             raise ValueError(f"expected call #{index} is not readable: {step.error}")
+    rename: Callable[[str], str]
     if normalize_names:
         # A declared tool or an expected name is a real name, never a suffixed one: keeping them
         # whole means stripping cannot merge two tools (resize_img2 / resize_img3 -> resize) or
@@ -469,7 +470,7 @@ def _exact(expected, called, params, rename) -> Outcome:
     if not expected:
         return _empty_expected(called)
     same = len(expected) == len(called) and all(
-        _pair(e, c, params, rename, exact=True) == 1.0 for e, c in zip(expected, called)
+        _pair(e, c, params, rename, exact=True) == 1.0 for e, c in zip(expected, called, strict=True)
     )
     if same:
         return 1.0, [_match(expected, called, i, i, 1.0, params) for i in range(len(expected))], [], [], []

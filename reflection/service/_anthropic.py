@@ -153,8 +153,8 @@ async def _relay_event(call: Call, state: _Held, event: Event) -> AsyncIterator[
                                    "could not be checked"))
     kind = data["type"]
     if kind == "message_start":
-        message = data.get("message") if isinstance(data.get("message"), dict) else {}
-        state.start_usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
+        message = given if isinstance(given := data.get("message"), dict) else {}
+        state.start_usage = given if isinstance(given := message.get("usage"), dict) else {}
         data["message"] = {**message, "content": []}  # calls only ever come whole
         yield named_event(data)
         return
@@ -186,7 +186,7 @@ async def _relay_event(call: Call, state: _Held, event: Event) -> AsyncIterator[
         state.passed.append(dict(block))
     elif index not in state.index and index not in state.held:
         raise Refused(problem(502, "the upstream sent an event for a content block it never started"))
-    delta = data.get("delta") if isinstance(data.get("delta"), dict) else {}
+    delta = given if isinstance(given := data.get("delta"), dict) else {}
     if kind == "content_block_delta":
         _take(state, index, delta)
     elif kind == "content_block_stop":
@@ -251,11 +251,11 @@ async def _finish(call: Call, state: _Held, data: dict[str, Any] | None) -> Asyn
     if data is None:
         data = {"type": "message_delta", "delta": {"stop_reason": "tool_use" if turn.calls else "end_turn",
                                                    "stop_sequence": None}, "usage": {}}
-    delta = data.get("delta") if isinstance(data.get("delta"), dict) else {}
+    delta = given if isinstance(given := data.get("delta"), dict) else {}
     if delta.get("stop_reason") == "tool_use" and not turn.calls:
         data["delta"] = {**delta, "stop_reason": "end_turn"}
     if turn.usage:
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        usage = given if isinstance(given := data.get("usage"), dict) else {}
         data["usage"] = usage_sum({**state.start_usage, **usage}, turn.usage)
     data["reflection"] = report([turn])
     yield named_event(data)

@@ -110,7 +110,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     # --- the connection ---------------------------------------------------------------
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         if len(self.connections) > limits.max_connections and not self._evict_idle():
             self._close_with(503, "the server is at its connection cap (service.max_connections); retry shortly",

@@ -20,7 +20,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from reflection._json import dumps
@@ -54,7 +54,7 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _QUIET = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
-def arrival(scope: dict[str, Any]) -> float:
+def arrival(scope: Mapping[str, Any]) -> float:
     """When the request's body had fully arrived (`time.perf_counter()`), for deadlines that
     should cover queueing; now, for a request the middleware has not read."""
     arrived = scope.get("state", {}).get(ARRIVED)
@@ -116,7 +116,7 @@ class ServiceMiddleware:
             request_id = uuid.uuid4().hex
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
-        response = {"status": 0, "actions": None}
+        response: dict[str, Any] = {"status": 0, "actions": None}
 
         async def send_with_id(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -178,7 +178,7 @@ class ServiceMiddleware:
             return 413, {"detail": f"request body larger than {self.max_body_bytes} bytes (service.max_body_bytes)"}, \
                 {"connection": "close"}
         key = scope["state"].get("key_index")
-        if key is not None and self.key_receiving[key] >= self.per_key:  # type: ignore[operator]
+        if key is not None and self.key_receiving[key] >= self.per_key:
             return 503, {"detail": f"busy: this API key is sending {self.key_receiving[key]} request bodies at once, "
                                    "its share (service.max_in_flight_per_key); retry shortly"}, {"retry-after": "1"}
         return self._busy(key)
@@ -299,7 +299,7 @@ def _replay(body: bytes, receive: Any) -> Any:
     async def replay() -> dict[str, Any]:
         if pending:
             return pending.pop()
-        return await receive()  # type: ignore[no-any-return]
+        return await receive()
 
     return replay
 

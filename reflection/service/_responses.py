@@ -311,7 +311,7 @@ def _hold(state: _Held, index: int, kind: str, data: dict[str, Any]) -> None:
 async def _finish(call: Call, dialect: ResponsesDialect, memory: ResponseMemory, state: _Held, data: dict[str, Any],
                   request_size: int) -> AsyncIterator[bytes]:
     """Gate the held calls, send what comes of them whole, then the terminal event with the final output."""
-    final = data.get("response") if isinstance(data.get("response"), dict) else {}
+    final = given if isinstance(given := data.get("response"), dict) else {}
     said = state.said(final)
     turn = Turn()
     if said.calls or said.removed:

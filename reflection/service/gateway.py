@@ -50,8 +50,18 @@ from reflection._text import plain_line
 from reflection.config import UpstreamConfig
 from reflection.reask import Budget, Said, Turn, note, report
 from reflection.service import _anthropic, _responses
-from reflection.service._dialects import CHAT, UNREADABLE, Refused, lenient, lenient_dumps, message_calls, \
-    problem, read_reply, reply_text, usage_sum
+from reflection.service._dialects import (
+    CHAT,
+    UNREADABLE,
+    Refused,
+    lenient,
+    lenient_dumps,
+    message_calls,
+    problem,
+    read_reply,
+    reply_text,
+    usage_sum,
+)
 from reflection.service._metrics import TenantMetrics
 from reflection.service._middleware import ARRIVED, AUTH_HEADER, DEADLINE, LITELLM_AUTH_HEADER
 from reflection.service._responses import ResponseMemory
@@ -302,7 +312,7 @@ class Gateway:
                 raise Refused(problem(502, "the upstream sent a choice whose index is not an integer"))
             state = choices.setdefault(index, ChatChoice(self.max_calls))
             state.base = base
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            delta = given if isinstance(given := choice.get("delta"), dict) else {}
             state.take(delta)
             rest = {k: v for k, v in delta.items() if k not in ("tool_calls", "function_call")}
             finish = choice.get("finish_reason")

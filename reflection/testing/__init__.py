@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 
 from reflection._json import dumps, parse_json
 from reflection.judge import JudgeConfig
@@ -85,7 +86,7 @@ class FakeJudge:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.strict = strict
-        self.config = JudgeConfig(base_url=self.base_url, model=model, api_key="fake-key",
+        self.config = JudgeConfig(base_url=self.base_url, model=model, api_key=SecretStr("fake-key"),
                                   max_attempts=max_attempts, retry_max_wait=0.0)
         self.requests: list[RecordedRequest] = []
         self.unexpected: list[str] = []

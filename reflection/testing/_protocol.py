@@ -219,7 +219,8 @@ def _wrapped(style: str, reply: dict[str, Any], body: dict[str, Any]) -> dict[st
         return completion(f"<think>\nA first draft: {dumps(_draft(reply))}\nOn reflection I revise it.\n</think>\n\n{text}",
                           body)
     if style in ("reasoning_content", "reasoning"):
-        return completion(text, body, **{style: f"A first draft: {dumps(_draft(reply))}. On reflection I revise it."})
+        reasoning: dict[str, Any] = {style: f"A first draft: {dumps(_draft(reply))}. On reflection I revise it."}
+        return completion(text, body, **reasoning)
     if style == "single_quotes":
         return completion(_near_json(reply, quote="'"), body)
     if style == "python_literals":

@@ -857,7 +857,7 @@ class HostileUpstreamProcess:
             [sys.executable, "-m", "reflection.testing.hostile_upstream", *self.args], stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, env=env,
             # Only a prctl runs between fork and exec (the threads' locks are not touched).
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None)  # noqa: PLW1509
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         assert self.process.stdout is not None
         ready = threading.Event()
         lines: list[bytes] = []

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import random
 import sys
 import threading
@@ -31,10 +32,10 @@ import orjson
 
 from reflection._json import dumps
 from reflection.testing._protocol import (
-    BackgroundServer,
     REPLY_STYLES,
     SCORE_REQUEST,
     TRUNCATED_BUDGET,
+    BackgroundServer,
     ReplyStyler,
     check_reply,
     completion,
@@ -124,10 +125,8 @@ class StandInJudge(BackgroundServer):
         self._ready.set()
         async with server:
             while not self._stop.is_set():
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), timeout=0.5)
-                except TimeoutError:
-                    pass
                 idle = time.monotonic() - self._last_request
                 if idle > self.idle_timeout or self.requests >= self.max_requests:
                     break

@@ -205,7 +205,9 @@ def _results(body: dict[str, Any], api: str) -> int:
     if api == "chat":
         return sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "tool")
     if api == "responses":
-        items = body.get("input") if isinstance(body.get("input"), list) else []
+        items = body.get("input")
+        if not isinstance(items, list):
+            return 0
         return sum(1 for item in items if isinstance(item, dict) and item.get("type") == "function_call_output")
     return sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and isinstance(m.get("content"), list)
                for block in m["content"] if isinstance(block, dict) and block.get("type") == "tool_result")
