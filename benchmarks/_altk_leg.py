@@ -45,16 +45,29 @@ def main() -> None:
             timings.append(clock() - t0)
             checked += 1
             valid += bool(result.final_decision)
-            out.write(json.dumps({"id": row["id"], "valid": result.final_decision,
-                                  "result": result.model_dump(mode="json")}) + "\n")
+            out.write(
+                json.dumps({"id": row["id"], "valid": result.final_decision, "result": result.model_dump(mode="json")})
+                + "\n"
+            )
     seconds, cpu_seconds = clock() - started, time.process_time() - cpu_started
     timings.sort()
 
     def pct(q: float) -> float:
         return timings[min(len(timings) - 1, int(q * len(timings)))] * 1e6 if timings else 0.0
 
-    print(json.dumps({"rows": rows, "checked": checked, "valid": valid, "seconds": seconds, "cpu_seconds": cpu_seconds,
-                      "p50_us": pct(0.50), "p99_us": pct(0.99)}))
+    print(
+        json.dumps(
+            {
+                "rows": rows,
+                "checked": checked,
+                "valid": valid,
+                "seconds": seconds,
+                "cpu_seconds": cpu_seconds,
+                "p50_us": pct(0.50),
+                "p99_us": pct(0.99),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

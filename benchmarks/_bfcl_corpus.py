@@ -41,10 +41,28 @@ from typing import Any
 
 BFCL_VERSION = "2026.3.23"
 _CACHE = Path(__file__).resolve().parent / ".cache"
-_CATEGORIES = ["simple_python", "multiple", "parallel", "parallel_multiple",
-               "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple"]
-_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": None, "integer": "integer",
-          "string": "string", "boolean": "boolean", "array": "array", "number": "number", "object": "object"}
+_CATEGORIES = [
+    "simple_python",
+    "multiple",
+    "parallel",
+    "parallel_multiple",
+    "live_simple",
+    "live_multiple",
+    "live_parallel",
+    "live_parallel_multiple",
+]
+_TYPES = {
+    "dict": "object",
+    "float": "number",
+    "tuple": "array",
+    "any": None,
+    "integer": "integer",
+    "string": "string",
+    "boolean": "boolean",
+    "array": "array",
+    "number": "number",
+    "object": "object",
+}
 
 
 def wheel_data() -> Path:
@@ -54,8 +72,20 @@ def wheel_data() -> Path:
     if data.is_dir():
         return data
     _CACHE.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", str(_CACHE),
-                    f"bfcl-eval=={BFCL_VERSION}"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "-d",
+            str(_CACHE),
+            f"bfcl-eval=={BFCL_VERSION}",
+        ],
+        check=True,
+    )
     wheel = next(_CACHE.glob(f"bfcl_eval-{BFCL_VERSION}-*.whl"))
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(target, [n for n in zf.namelist() if n.startswith("bfcl_eval/data/")])
@@ -89,7 +119,7 @@ def _sources(data: Path) -> list[tuple[str, str, list[dict[str, Any]], list[tupl
             row = json.loads(line)
             calls = []
             for answer in truth.get(row["id"], []):
-                (name, params), = answer.items()
+                ((name, params),) = answer.items()
                 args = {k: v[0] for k, v in params.items() if v and v[0] != ""}
                 calls.append((name, args))
             if calls:
@@ -154,8 +184,12 @@ def corpus(n: int, seed: int = 11) -> Iterator[dict[str, Any]]:
             call = {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": arguments}
         else:
             call = {"name": name, "arguments": arguments}
-        yield {"id": f"{rid}#{i}", "tools": [_render(f, fmt) for f in functions],
-               "history": [{"role": "user", "content": text}], "call": call}
+        yield {
+            "id": f"{rid}#{i}",
+            "tools": [_render(f, fmt) for f in functions],
+            "history": [{"role": "user", "content": text}],
+            "call": call,
+        }
 
 
 def altk_row(row: dict[str, Any]) -> dict[str, Any] | None:
@@ -166,32 +200,57 @@ def altk_row(row: dict[str, Any]) -> dict[str, Any] | None:
     call = normalize_call(row["call"])
     if not inventory.tools or call.arguments is None:
         return None
-    tools = [{"type": "function", "function": {"name": t.name, "description": t.description or "",
-                                               "parameters": t.parameters}} for t in inventory.tools]
-    return {"id": row["id"], "tools": tools,
-            "call": {"id": "c", "type": "function", "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}}
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description or "", "parameters": t.parameters},
+        }
+        for t in inventory.tools
+    ]
+    return {
+        "id": row["id"],
+        "tools": tools,
+        "call": {
+            "id": "c",
+            "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+        },
+    }
 
 
 # --- the mixed corpus ------------------------------------------------------------------------
 
 MIXED_FORMATS = ("openai", "anthropic", "mcp", "bfcl", "parameter_list")
-_MIXED_FAULTS = ("wrong_type", "missing_required", "unknown_parameter", "unknown_function", "enum",
-                 "constraint", "unparseable", "broken_spec", "no_specs")
+_MIXED_FAULTS = (
+    "wrong_type",
+    "missing_required",
+    "unknown_parameter",
+    "unknown_function",
+    "enum",
+    "constraint",
+    "unparseable",
+    "broken_spec",
+    "no_specs",
+)
 """How mixed-corpus calls go wrong, one per static check: incorrect_parameter_type,
 missing_required_parameter, non_existent_parameter, non_existent_function,
 allowed_values_violation, json_schema_violation (a negative count where the spec says
 `minimum: 0`; counts only, so a call without a count gets a wrong type), invalid_tool_call, invalid_api_spec (the called tool's spec cannot be used),
 empty_api_spec. A fault that does not fit the call (no enum to violate) falls back to a wrong type."""
 _FAULT_WEIGHTS = (22, 18, 16, 12, 8, 8, 8, 5, 3)
-_SYSTEM_PROMPTS = ("You are a helpful assistant with access to tools. Call a tool when it helps.",
-                   "You are an agent. Use the tools provided; ask when a required value is missing.",
-                   "Answer the user's request. Prefer tools over guessing; never invent identifiers.")
+_SYSTEM_PROMPTS = (
+    "You are a helpful assistant with access to tools. Call a tool when it helps.",
+    "You are an agent. Use the tools provided; ask when a required value is missing.",
+    "Answer the user's request. Prefer tools over guessing; never invent identifiers.",
+)
 
 
 def _parameter_list(params: dict[str, Any]) -> list[dict[str, Any]]:
     required = set(params.get("required", []))
-    return [{"name": key, **(prop if isinstance(prop, dict) else {}), "required": key in required}
-            for key, prop in params.get("properties", {}).items()]
+    return [
+        {"name": key, **(prop if isinstance(prop, dict) else {}), "required": key in required}
+        for key, prop in params.get("properties", {}).items()
+    ]
 
 
 _COUNTS = re.compile(r"count|limit|num|quantity|page|size|days|nights|hours|year|age|top|total|people|guests|rooms")
@@ -219,8 +278,11 @@ def _render_mixed(function: dict[str, Any], fmt: str, broken: bool = False) -> d
         params = {**params, "required": params.get("required", ["x"])[0] if params.get("required") else "x"}
     function = {**function, "parameters": params}
     if fmt == "parameter_list" and not broken:
-        return {"name": function["name"], "description": function.get("description", ""),
-                "parameters": _parameter_list(params)}
+        return {
+            "name": function["name"],
+            "description": function.get("description", ""),
+            "parameters": _parameter_list(params),
+        }
     return _render(function, "bfcl" if fmt == "parameter_list" else fmt)
 
 
@@ -232,8 +294,9 @@ def _first_answer(value: Any) -> Any:
     return value
 
 
-def _mixed_fault(fault: str, name: str, args: dict[str, Any], function: dict[str, Any],
-                 rng: random.Random) -> tuple[str, Any]:
+def _mixed_fault(
+    fault: str, name: str, args: dict[str, Any], function: dict[str, Any], rng: random.Random
+) -> tuple[str, Any]:
     """(name, arguments) of the call with `fault` applied; arguments as text when unparseable."""
     props = function["parameters"].get("properties", {})
     required = [k for k in function["parameters"].get("required", []) if k in args]
@@ -241,7 +304,9 @@ def _mixed_fault(fault: str, name: str, args: dict[str, Any], function: dict[str
     if fault == "missing_required" and required:
         args.pop(rng.choice(required))
     elif fault == "unknown_parameter":
-        args[rng.choice(("verbose", "extra_flag", "user_id", "limit_results", "format_output"))] = rng.choice((True, 10, "yes"))
+        args[rng.choice(("verbose", "extra_flag", "user_id", "limit_results", "format_output"))] = rng.choice(
+            (True, 10, "yes")
+        )
     elif fault == "unknown_function" and len(name) > 3:
         name = rng.choice((name[:-2] + name[-1], name + "_v2", name.replace("_", "")))
         if name == function["name"]:
@@ -255,15 +320,15 @@ def _mixed_fault(fault: str, name: str, args: dict[str, Any], function: dict[str
     elif args:  # a wrong type: the usual fault, and where the others do not fit
         key = rng.choice(sorted(args))
         value = args[key]
-        args[key] = (str(value) if not isinstance(value, str) else
-                     rng.choice(({"value": value}, [value], len(value))))
+        args[key] = str(value) if not isinstance(value, str) else rng.choice(({"value": value}, [value], len(value)))
     else:
         args["unexpected"] = "value"
     return name, args
 
 
-def _history(text: str, functions: list[dict[str, Any]], calls: list[tuple[str, dict[str, Any]]], i: int,
-             rng: random.Random) -> list[dict[str, Any]]:
+def _history(
+    text: str, functions: list[dict[str, Any]], calls: list[tuple[str, dict[str, Any]]], i: int, rng: random.Random
+) -> list[dict[str, Any]]:
     history: list[dict[str, Any]] = []
     if rng.random() < 0.7:
         history.append({"role": "system", "content": rng.choice(_SYSTEM_PROMPTS)})
@@ -273,14 +338,32 @@ def _history(text: str, functions: list[dict[str, Any]], calls: list[tuple[str, 
         name, args = calls[rng.randrange(len(calls))]
         result = json.dumps({"status": "ok", "result": dict(list(args.items())[:2])})
         if anthropic:
-            history.append({"role": "assistant", "content": [
-                {"type": "text", "text": "Let me look that up."},
-                {"type": "tool_use", "id": f"toolu_h{i}", "name": name, "input": args}]})
-            history.append({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": f"toolu_h{i}", "content": result}]})
+            history.append(
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": "Let me look that up."},
+                        {"type": "tool_use", "id": f"toolu_h{i}", "name": name, "input": args},
+                    ],
+                }
+            )
+            history.append(
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_h{i}", "content": result}]}
+            )
         else:
-            history.append({"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"call_h{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]})
+            history.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": f"call_h{i}",
+                            "type": "function",
+                            "function": {"name": name, "arguments": json.dumps(args)},
+                        }
+                    ],
+                }
+            )
             history.append({"role": "tool", "tool_call_id": f"call_h{i}", "content": result})
         history.append({"role": "user", "content": "Thanks. Now do the rest, please."})
     return history
@@ -304,7 +387,9 @@ def mixed_corpus(n: int, seed: int = 26, invalid: float = 0.85, variants: int = 
         function = next((f for f in functions if f["name"] == name), functions[0])
         own = [function, *(f for f in functions if f is not function)][:size]
         names = {f["name"] for f in own}
-        chosen = own + [f for f in lists.sample(pool, min(len(pool), 3 * size)) if f["name"] not in names][:size - len(own)]
+        chosen = (
+            own + [f for f in lists.sample(pool, min(len(pool), 3 * size)) if f["name"] not in names][: size - len(own)]
+        )
         chosen = [f for f in chosen if f["name"] not in names or f in own]
         lists.shuffle(chosen)
         formats = [lists.choice(MIXED_FORMATS) for _ in chosen]
@@ -315,8 +400,14 @@ def mixed_corpus(n: int, seed: int = 26, invalid: float = 0.85, variants: int = 
         for fault in faults:
             if isinstance(arguments, dict) and fault not in ("broken_spec", "no_specs"):
                 name, arguments = _mixed_fault(fault, name, arguments, function, rng)
-        tools: list[dict[str, Any]] = [] if "no_specs" in faults else [
-            _render_mixed(f, fmt, broken="broken_spec" in faults and f is function) for f, fmt in zip(chosen, formats, strict=True)]
+        tools: list[dict[str, Any]] = (
+            []
+            if "no_specs" in faults
+            else [
+                _render_mixed(f, fmt, broken="broken_spec" in faults and f is function)
+                for f, fmt in zip(chosen, formats, strict=True)
+            ]
+        )
         shape = rng.randrange(3)
         text_args = arguments if isinstance(arguments, str) else json.dumps(arguments)
         if shape == 0:
@@ -325,4 +416,9 @@ def mixed_corpus(n: int, seed: int = 26, invalid: float = 0.85, variants: int = 
             call = {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": arguments}
         else:
             call = {"name": name, "arguments": arguments}
-        yield {"id": f"mixed-{rid}#{i}", "tools": tools, "history": _history(text, functions, calls, i, rng), "call": call}
+        yield {
+            "id": f"mixed-{rid}#{i}",
+            "tools": tools,
+            "history": _history(text, functions, calls, i, rng),
+            "call": call,
+        }

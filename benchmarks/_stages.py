@@ -40,8 +40,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-STAGES = ("read", "normalise tools", "normalise call", "history", "checks", "findings and corrections",
-          "grounding", "row", "write")
+STAGES = (
+    "read",
+    "normalise tools",
+    "normalise call",
+    "history",
+    "checks",
+    "findings and corrections",
+    "grounding",
+    "row",
+    "write",
+)
 
 _LATENCY = re.compile(rb'"latency_ms":[0-9.e+-]+')
 
@@ -118,28 +127,50 @@ def main() -> None:
                 failures, warnings = _evaluate(one, prepared)  # static.check_call_data from here
                 t2 = clock()
                 if not failures:
-                    static: dict[str, Any] = {"call": one, "checks": ALL_PASSED, "warnings": warnings,
-                                              "correction": None, "correction_notes": (), "valid": True}
+                    static: dict[str, Any] = {
+                        "call": one,
+                        "checks": ALL_PASSED,
+                        "warnings": warnings,
+                        "correction": None,
+                        "correction_notes": (),
+                        "valid": True,
+                    }
                 else:
                     correction, notes = suggest_correction(
-                        one, failures, lambda c, prepared=prepared: _evaluate(c, prepared)[0])
+                        one, failures, lambda c, prepared=prepared: _evaluate(c, prepared)[0]
+                    )
                     checks = dict(ALL_PASSED)
                     for name, issues in failures.items():
                         findings = [issue.finding() for issue in issues[:MAX_FINDINGS]]
                         if len(issues) > MAX_FINDINGS:
                             findings.append(_omitted(name, len(issues) - MAX_FINDINGS))
                         checks[name] = {"passed": False, "findings": findings}
-                    static = {"call": one, "checks": checks, "warnings": warnings, "correction": correction,
-                              "correction_notes": tuple(notes), "valid": False}
+                    static = {
+                        "call": one,
+                        "checks": checks,
+                        "warnings": warnings,
+                        "correction": correction,
+                        "correction_notes": tuple(notes),
+                        "valid": False,
+                    }
                 t3 = clock()
                 grounded: list[dict[str, Any]] = []
                 if grounding and one.error is None:
                     tool = prepared.tools.get(one.name)
                     grounded = ground(one, conversation, tool[0] if tool is not None else None)
                 t4 = clock()
-                results.append({"call": one, "static": static, "grounding": grounded, "semantic": _NO_SEMANTIC,
-                                "judge_skipped": NO_JUDGE, "overall_valid": static["valid"], "usage": ZERO_USAGE,
-                                "warnings": static["warnings"] + conversation.problems})
+                results.append(
+                    {
+                        "call": one,
+                        "static": static,
+                        "grounding": grounded,
+                        "semantic": _NO_SEMANTIC,
+                        "judge_skipped": NO_JUDGE,
+                        "overall_valid": static["valid"],
+                        "usage": ZERO_USAGE,
+                        "warnings": static["warnings"] + conversation.problems,
+                    }
+                )
                 t5 = clock()
                 spent["normalise tools"] += t1 - t0
                 spent["checks"] += t2 - t1
@@ -156,8 +187,10 @@ def main() -> None:
             spent["write"] += t2 - t1
             expected = static_line(row, flat)[1]
             if _LATENCY.sub(b"", line) != _LATENCY.sub(b"", expected):
-                raise AssertionError(f"line {number}: the staged row differs from runner.static_line's:\n"
-                                     f"{line[:300]!r}\n{expected[:300]!r}")
+                raise AssertionError(
+                    f"line {number}: the staged row differs from runner.static_line's:\n"
+                    f"{line[:300]!r}\n{expected[:300]!r}"
+                )
             kind = "valid" if summary["overall_valid"] else "invalid"
             counts[kind] += 1
             for stage, ns in spent.items():

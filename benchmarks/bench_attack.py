@@ -52,15 +52,37 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 GOOD, BAD = "good", "bad"
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "The forecast for a city over a number of days.",
-    "parameters": {"type": "object", "required": ["city"], "properties": {
-        "city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 14}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The forecast for a city over a number of days.",
+            "parameters": {
+                "type": "object",
+                "required": ["city"],
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 14}},
+            },
+        },
+    }
+]
 HISTORY = [{"role": "user", "content": "What's the weather in Paris for the next 2 days?"}]
-GOOD_ROW = {"id": "good", "call": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
-            "tools": TOOLS, "history": HISTORY}
-ARMS = ("none", "idle-connections", "partial-headers", "trickled-bodies", "10000-calls", "1024-calls",
-        "schema-expansion", "huge-upstream-reply")
+GOOD_ROW = {
+    "id": "good",
+    "call": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
+    "tools": TOOLS,
+    "history": HISTORY,
+}
+ARMS = (
+    "none",
+    "idle-connections",
+    "partial-headers",
+    "trickled-bodies",
+    "10000-calls",
+    "1024-calls",
+    "schema-expansion",
+    "huge-upstream-reply",
+)
 
 
 def _env(root: Path = ROOT) -> dict[str, str]:
@@ -79,23 +101,42 @@ def _limit_files(nofile: int) -> Any:
     return apply
 
 
-def start_service(tmp: Path, upstream: str, nofile: int, root: Path = ROOT) -> tuple[subprocess.Popen[bytes], str, Path]:
+def start_service(
+    tmp: Path, upstream: str, nofile: int, root: Path = ROOT
+) -> tuple[subprocess.Popen[bytes], str, Path]:
     config = tmp / "config.yaml"
     config.write_text(json.dumps({"service": {"api_keys": [GOOD, BAD]}, "upstream": {"base_url": upstream}}))
     log = tmp / "service.log"
     with log.open("wb") as err:
-        process = subprocess.Popen([sys.executable, "-c", "from reflection.cli import app; app()", "serve",
-                                    "--config", str(config), "--port", "0"],
-                                   stdout=subprocess.DEVNULL, stderr=err, env=_env(root), cwd=root,
-                                   preexec_fn=_limit_files(nofile))  # safe between fork and exec: no threads here yet
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from reflection.cli import app; app()",
+                "serve",
+                "--config",
+                str(config),
+                "--port",
+                "0",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=_env(root),
+            cwd=root,
+            preexec_fn=_limit_files(nofile),
+        )  # safe between fork and exec: no threads here yet
     return process, _wait_for(process, log, r"serving on (http://127\.0\.0\.1:\d+)", "/healthz"), log
 
 
 def start_upstream(tmp: Path, reply_mb: int) -> tuple[subprocess.Popen[bytes], str]:
     log = tmp / "upstream.log"
     with log.open("wb") as err:
-        process = subprocess.Popen([sys.executable, __file__, "--hostile-upstream", str(reply_mb)],
-                                   stdout=subprocess.DEVNULL, stderr=err, env=_env())
+        process = subprocess.Popen(
+            [sys.executable, __file__, "--hostile-upstream", str(reply_mb)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=_env(),
+        )
     return process, _wait_for(process, log, r"upstream on (http://127\.0\.0\.1:\d+/v1)", "/models")
 
 
@@ -120,8 +161,15 @@ def hostile_upstream(reply_mb: int) -> None:
     import socket
 
     content = "x" * (reply_mb * 1024 * 1024)
-    reply = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "huge", "choices": [
-        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}]}).encode()
+    reply = json.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "huge",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+        }
+    ).encode()
     del content
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -132,8 +180,9 @@ def hostile_upstream(reply_mb: int) -> None:
                 if length:
                     await reader.readexactly(int(length.group(1)))
                 body = b'{"data": []}' if head.startswith(b"GET") else reply
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                             b"content-length: %d\r\n\r\n" % len(body))
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+                )
                 writer.write(body)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -256,8 +305,10 @@ class Attack:
     async def post_loop(self, path: str, body: bytes, key: str | None, connections: int) -> None:
         """`connections` clients posting `body` back to back, reading each whole answer."""
         auth = f"Authorization: Bearer {key}\r\n" if key else ""
-        request = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\n{auth}Content-Type: application/json\r\n"
-                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        request = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\n{auth}Content-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
 
         async def one() -> None:
             while not self.stop.is_set():
@@ -287,8 +338,10 @@ class Attack:
             line = b"POST /v1/gate HTTP/1.1\r\nHost: x\r\nX-Slow: "
             await asyncio.gather(*(self.hold(line, b"a", 1.0) for _ in range(args.hoard)))
         elif name == "trickled-bodies":
-            head = (f"POST /v1/gate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {BAD}\r\n"
-                    "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{").encode()
+            head = (
+                f"POST /v1/gate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {BAD}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
+            ).encode()
             await asyncio.gather(*(self.hold(head, b" ", 0.5) for _ in range(args.trickle)))
         elif name in ("10000-calls", "1024-calls"):
             count = int(name.split("-")[0])
@@ -309,7 +362,10 @@ def expansion_row(levels: int) -> dict[str, Any]:
     a value that no branch accepts: 2**levels paths to try and to report."""
     defs: dict[str, Any] = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2} for i in range(levels)}
     defs[f"d{levels}"] = {"type": "integer"}
-    tool = {"name": "expand", "parameters": {"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/d0"}}}}
+    tool = {
+        "name": "expand",
+        "parameters": {"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/d0"}}},
+    }
     return {"id": "expand", "call": {"name": "expand", "arguments": {"x": "not a number"}}, "tools": [tool]}
 
 
@@ -361,8 +417,16 @@ async def arm(name: str, url: str, pid: int, args: argparse.Namespace) -> dict[s
     if name != "none":
         await asyncio.sleep(1.0)  # the attack in full swing before the client starts
     measured = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--client", url, str(args.seconds), str(args.clients), str(args.think),
-        stdout=asyncio.subprocess.PIPE, env=_env())
+        sys.executable,
+        __file__,
+        "--client",
+        url,
+        str(args.seconds),
+        str(args.clients),
+        str(args.think),
+        stdout=asyncio.subprocess.PIPE,
+        env=_env(),
+    )
     reading = asyncio.ensure_future(measured.communicate())
     while not reading.done():
         peak = max(peak, rss_mb(pid))
@@ -372,8 +436,14 @@ async def arm(name: str, url: str, pid: int, args: argparse.Namespace) -> dict[s
         await asyncio.wait_for(attacking, 30)
     out = json.loads(reading.result()[0])
     wall = time.monotonic() - cpu[2]
-    return {"latencies": out["latencies"], "failures": out["failures"], "peak_rss_mb": peak, "seen": attack.seen,
-            "attacker_cpu": (cpu_seconds() - cpu[0]) / wall, "service_cpu": (cpu_seconds(pid) - cpu[1]) / wall}
+    return {
+        "latencies": out["latencies"],
+        "failures": out["failures"],
+        "peak_rss_mb": peak,
+        "seen": attack.seen,
+        "attacker_cpu": (cpu_seconds() - cpu[0]) / wall,
+        "service_cpu": (cpu_seconds(pid) - cpu[1]) / wall,
+    }
 
 
 def settle(url: str, timeout: float = 120) -> None:
@@ -399,11 +469,14 @@ def _pct(values: list[float], q: float) -> float:
 
 def run(args: argparse.Namespace) -> None:
     arms = ["none", *(a for a in ARMS[1:] if not args.only or a in args.only), "none"]
-    print(f"well-behaved client: {args.clients} connection(s) posting a one-call /v1/gate row, {args.think * 1000:.0f} ms "
-          f"between requests, {args.seconds:g} s per arm; service: 1 worker, default limits, open-file limit "
-          f"{args.nofile}; attacks: {args.hoard} hoarded connections, {args.trickle} trickled bodies, "
-          f"{args.schema_levels}-level schema, {args.reply_mb} MB upstream reply; load average "
-          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", flush=True)
+    print(
+        f"well-behaved client: {args.clients} connection(s) posting a one-call /v1/gate row, {args.think * 1000:.0f} ms "
+        f"between requests, {args.seconds:g} s per arm; service: 1 worker, default limits, open-file limit "
+        f"{args.nofile}; attacks: {args.hoard} hoarded connections, {args.trickle} trickled bodies, "
+        f"{args.schema_levels}-level schema, {args.reply_mb} MB upstream reply; load average "
+        f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         upstream, upstream_url = start_upstream(tmp, args.reply_mb)
@@ -418,19 +491,25 @@ def run(args: argparse.Namespace) -> None:
             # busier or quieter during the run weighs on both sides alike.
             quiet = [_pct(result["latencies"], 0.99) * 1000 for name, result in results if name == "none"]
             base_p99 = sum(quiet) / len(quiet)
-            print(f"{'attack':<22}{'requests':>9}{'failed':>8}{'p50 ms':>9}{'p99 ms':>9}{'p99 ratio':>11}"
-                  f"{'peak RSS MB':>13}{'service CPU':>13}{'attacker CPU':>14}  attacker saw")
+            print(
+                f"{'attack':<22}{'requests':>9}{'failed':>8}{'p50 ms':>9}{'p99 ms':>9}{'p99 ratio':>11}"
+                f"{'peak RSS MB':>13}{'service CPU':>13}{'attacker CPU':>14}  attacker saw"
+            )
             for name, result in results:
                 latencies = result["latencies"]
                 p50, p99 = _pct(latencies, 0.5) * 1000, _pct(latencies, 0.99) * 1000
                 failed = sum(result["failures"].values())
                 seen = ", ".join(f"{k} {v}" for k, v in sorted(result["seen"].items(), key=lambda kv: -kv[1])[:5])
                 failures = f" ({', '.join(f'{k} {v}' for k, v in result['failures'].items())})" if failed else ""
-                print(f"{name:<22}{len(latencies):>9}{failed:>8}{p50:>9.2f}{p99:>9.2f}{p99 / base_p99:>10.2f}x"
-                      f"{result['peak_rss_mb']:>13.0f}{result['service_cpu']:>12.0%}{result['attacker_cpu']:>13.0%}"
-                      f"  {seen or '-'}{failures}")
-            print(f"p99 ratio: against {base_p99:.2f} ms, the mean p99 of the two no-attack arms (target <= 2x, "
-                  "no failures, peak RSS < 500 MB)")
+                print(
+                    f"{name:<22}{len(latencies):>9}{failed:>8}{p50:>9.2f}{p99:>9.2f}{p99 / base_p99:>10.2f}x"
+                    f"{result['peak_rss_mb']:>13.0f}{result['service_cpu']:>12.0%}{result['attacker_cpu']:>13.0%}"
+                    f"  {seen or '-'}{failures}"
+                )
+            print(
+                f"p99 ratio: against {base_p99:.2f} ms, the mean p99 of the two no-attack arms (target <= 2x, "
+                "no failures, peak RSS < 500 MB)"
+            )
             warnings = [line for line in log.read_text(errors="replace").splitlines() if '"level":"warning"' in line]
             for line in warnings[:3]:
                 print("service warning:", json.loads(line)["msg"])
@@ -461,8 +540,11 @@ def main() -> None:
     parser.add_argument("--reply-mb", type=int, default=64)
     parser.add_argument("--nofile", type=int, default=1024, help="the service's open-file limit")
     parser.add_argument("--only", nargs="*", choices=ARMS[1:], help="run only these attacks")
-    parser.add_argument("--service-root", default=str(ROOT),
-                        help="run the service of another checkout (e.g. the previous release's), for a before/after")
+    parser.add_argument(
+        "--service-root",
+        default=str(ROOT),
+        help="run the service of another checkout (e.g. the previous release's), for a before/after",
+    )
     run(parser.parse_args())
 
 

@@ -52,7 +52,10 @@ def start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     server = subprocess.Popen(
         [sys.executable, "-m", "reflection.testing.server", "--latency", str(latency), "--idle-timeout", "600"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
     )
     assert server.stdout is not None
     return server, server.stdout.readline().strip()
@@ -68,18 +71,36 @@ def judge_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
-async def timed_run(source: Path, output: Path, config: ReflectionConfig, concurrency: int, *,
-                    cache: bool, cache_path: Path | None = None, http_client: object = None) -> tuple[float, float, int]:
+async def timed_run(
+    source: Path,
+    output: Path,
+    config: ReflectionConfig,
+    concurrency: int,
+    *,
+    cache: bool,
+    cache_path: Path | None = None,
+    http_client: object = None,
+) -> tuple[float, float, int]:
     wall, cpu = time.perf_counter(), time.process_time()
-    stats = await run_batch(source, output, config=config, concurrency=concurrency, cache=cache,
-                            cache_path=cache_path, http_client=http_client)
+    stats = await run_batch(
+        source,
+        output,
+        config=config,
+        concurrency=concurrency,
+        cache=cache,
+        cache_path=cache_path,
+        http_client=http_client,
+    )
     return time.perf_counter() - wall, time.process_time() - cpu, stats.judge_requests
 
 
-async def bare_client(url: str, bodies: list[bytes], rows: int, concurrency: int, timeout: float) -> tuple[float, float, int]:
+async def bare_client(
+    url: str, bodies: list[bytes], rows: int, concurrency: int, timeout: float
+) -> tuple[float, float, int]:
     """Post `rows` captured judge requests, `concurrency` at a time, with no reflection around them."""
     headers = {"Content-Type": "application/json", "Authorization": "Bearer none"}
     async with judge_http_client(concurrency, timeout) as client:
+
         async def worker(share: range) -> None:
             for i in share:
                 response = await client.post(url, content=bodies[i % len(bodies)], headers=headers)
@@ -108,22 +129,36 @@ async def main(rows: int, concurrency: int, latency: float) -> None:
 
             async with judge_http_client(concurrency, config.judge.timeout) as capturing:
                 capturing.event_hooks["request"] = [capture]
-                await run_batch(warmup, work / "warmup.out.jsonl", config=config, concurrency=concurrency,
-                                cache=False, http_client=capturing)
+                await run_batch(
+                    warmup,
+                    work / "warmup.out.jsonl",
+                    config=config,
+                    concurrency=concurrency,
+                    cache=False,
+                    http_client=capturing,
+                )
 
             ideal = rows * 1 * latency / concurrency
-            print(f"batch throughput: {rows:,} rows x 1 request/row, judge latency {latency * 1000:.0f} ms, "
-                  f"concurrency {concurrency}; ideal {ideal:.2f} s")
-            print(f"{'run':<12} {'requests':>9} {'wall s':>8} {'x ideal':>8} {'client CPU ms/row':>18} "
-                  f"{'CPU-bound floor s':>18} {'judge CPU ms/req':>17}")
+            print(
+                f"batch throughput: {rows:,} rows x 1 request/row, judge latency {latency * 1000:.0f} ms, "
+                f"concurrency {concurrency}; ideal {ideal:.2f} s"
+            )
+            print(
+                f"{'run':<12} {'requests':>9} {'wall s':>8} {'x ideal':>8} {'client CPU ms/row':>18} "
+                f"{'CPU-bound floor s':>18} {'judge CPU ms/req':>17}"
+            )
             judge_mark = [judge_cpu(server.pid)]
 
             def line(name: str, wall: float, cpu: float, requests: int) -> None:
                 judge = judge_cpu(server.pid)
-                per_request = f"{(judge - judge_mark[0]) / requests * 1000:>17.3f}" if requests and judge else f"{'-':>17}"
+                per_request = (
+                    f"{(judge - judge_mark[0]) / requests * 1000:>17.3f}" if requests and judge else f"{'-':>17}"
+                )
                 judge_mark[0] = judge
-                print(f"{name:<12} {requests:>9,} {wall:>8.2f} {wall / ideal:>8.2f} {cpu / rows * 1000:>18.3f} "
-                      f"{cpu:>18.2f} {per_request}")
+                print(
+                    f"{name:<12} {requests:>9,} {wall:>8.2f} {wall / ideal:>8.2f} {cpu / rows * 1000:>18.3f} "
+                    f"{cpu:>18.2f} {per_request}"
+                )
 
             out = work / "batch.jsonl"
             wall, cpu, requests = await timed_run(source, out, config, concurrency, cache=False)
@@ -131,23 +166,32 @@ async def main(rows: int, concurrency: int, latency: float) -> None:
             assert report.rows == rows and requests == rows, (report.rows, requests)
             line("batch", wall, cpu, requests)
 
-            async with httpx.AsyncClient(timeout=httpx.Timeout(config.judge.timeout), limits=httpx.Limits(
-                    max_connections=concurrency, max_keepalive_connections=concurrency)) as one_pool:
-                wall, cpu, requests = await timed_run(source, work / "one-pool.jsonl", config, concurrency,
-                                                      cache=False, http_client=one_pool)
+            async with httpx.AsyncClient(
+                timeout=httpx.Timeout(config.judge.timeout),
+                limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+            ) as one_pool:
+                wall, cpu, requests = await timed_run(
+                    source, work / "one-pool.jsonl", config, concurrency, cache=False, http_client=one_pool
+                )
             line("one pool", wall, cpu, requests)
 
             cache_file = work / "cache.sqlite"
-            wall, cpu, requests = await timed_run(source, work / "cold.jsonl", config, concurrency, cache=True,
-                                                  cache_path=cache_file)
+            wall, cpu, requests = await timed_run(
+                source, work / "cold.jsonl", config, concurrency, cache=True, cache_path=cache_file
+            )
             line("cold cache", wall, cpu, requests)
-            wall, cpu, requests = await timed_run(source, work / "warm.jsonl", config, concurrency, cache=True,
-                                                  cache_path=cache_file)
+            wall, cpu, requests = await timed_run(
+                source, work / "warm.jsonl", config, concurrency, cache=True, cache_path=cache_file
+            )
             assert requests == 0, requests
             line("warm cache", wall, cpu, requests)
-            line("bare client", *await bare_client(f"{base_url}/chat/completions", bodies, rows, concurrency,
-                                                   config.judge.timeout))
-            print(f"latency per row (batch run): p50 {report.latency_ms.p50:.1f} ms, p95 {report.latency_ms.p95:.1f} ms")
+            line(
+                "bare client",
+                *await bare_client(f"{base_url}/chat/completions", bodies, rows, concurrency, config.judge.timeout),
+            )
+            print(
+                f"latency per row (batch run): p50 {report.latency_ms.p50:.1f} ms, p95 {report.latency_ms.p95:.1f} ms"
+            )
     finally:
         server.terminate()
         server.wait()

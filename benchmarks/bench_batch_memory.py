@@ -41,9 +41,22 @@ def run(source: Path, output: Path) -> tuple[float, float]:
     """Peak RSS (MB) and wall time of one batch command."""
     started = time.perf_counter()
     child = subprocess.run(
-        [sys.executable, "-c", _CHILD, "batch", str(source), "-o", str(output),
-         "--static-only", "--no-progress", "--json-report"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False,
+        [
+            sys.executable,
+            "-c",
+            _CHILD,
+            "batch",
+            str(source),
+            "-o",
+            str(output),
+            "--static-only",
+            "--no-progress",
+            "--json-report",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
     )
     if child.returncode != 0:
         raise SystemExit(f"batch failed ({child.returncode}): {child.stderr}")
@@ -63,12 +76,16 @@ def main(rows: int) -> None:
         big_mb, big_s = run(big_in, work / "big.out.jsonl")
         out_mb = (work / "big.out.jsonl").stat().st_size / 2**20
         in_mb = big_in.stat().st_size / 2**20
-    print(f"static-only batch, peak RSS of the whole command (input {in_mb:,.0f} MB, output {out_mb:,.0f} MB at {rows:,} rows)")
+    print(
+        f"static-only batch, peak RSS of the whole command (input {in_mb:,.0f} MB, output {out_mb:,.0f} MB at {rows:,} rows)"
+    )
     print(f"{'rows':>9} {'peak RSS MB':>12} {'wall s':>8} {'rows/s':>9}")
     print(f"{small:>9,} {small_mb:>12.1f} {small_s:>8.1f} {small / small_s:>9,.0f}")
     print(f"{rows:>9,} {big_mb:>12.1f} {big_s:>8.1f} {rows / big_s:>9,.0f}")
-    print(f"peak RSS ratio {rows:,} / {small:,} rows: {big_mb / small_mb:.2f}; "
-          f"budget {BUDGET_MB} MB: {big_mb / BUDGET_MB:.2f} of it")
+    print(
+        f"peak RSS ratio {rows:,} / {small:,} rows: {big_mb / small_mb:.2f}; "
+        f"budget {BUDGET_MB} MB: {big_mb / BUDGET_MB:.2f} of it"
+    )
 
 
 if __name__ == "__main__":

@@ -29,36 +29,71 @@ from reflection.static import check_call
 
 
 def _tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
-        "type": "object", "properties": properties, "required": required, "additionalProperties": False}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": False,
+            },
+        },
+    }
 
 
 TOOLS = [
-    _tool("book_flight", "Book a one-way flight. Dates are ISO 8601 (YYYY-MM-DD); airports are IATA codes.", {
-        "origin": {"type": "string", "pattern": "^[A-Z]{3}$"}, "destination": {"type": "string", "pattern": "^[A-Z]{3}$"},
-        "date": {"type": "string", "format": "date"}, "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
-        "cabin": {"type": "string", "enum": ["economy", "premium", "business", "first"], "default": "economy"},
-    }, ["origin", "destination", "date"]),
-    _tool("search_flights", "Search flights between two airports on a date.", {
-        "origin": {"type": "string"}, "destination": {"type": "string"}, "date": {"type": "string", "format": "date"}},
-        ["origin", "destination", "date"]),
+    _tool(
+        "book_flight",
+        "Book a one-way flight. Dates are ISO 8601 (YYYY-MM-DD); airports are IATA codes.",
+        {
+            "origin": {"type": "string", "pattern": "^[A-Z]{3}$"},
+            "destination": {"type": "string", "pattern": "^[A-Z]{3}$"},
+            "date": {"type": "string", "format": "date"},
+            "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
+            "cabin": {"type": "string", "enum": ["economy", "premium", "business", "first"], "default": "economy"},
+        },
+        ["origin", "destination", "date"],
+    ),
+    _tool(
+        "search_flights",
+        "Search flights between two airports on a date.",
+        {"origin": {"type": "string"}, "destination": {"type": "string"}, "date": {"type": "string", "format": "date"}},
+        ["origin", "destination", "date"],
+    ),
     _tool("get_booking", "Look up a booking by its reference.", {"reference": {"type": "string"}}, ["reference"]),
-    _tool("cancel_booking", "Cancel a booking. Irreversible; confirm with the user first.",
-          {"reference": {"type": "string"}}, ["reference"]),
+    _tool(
+        "cancel_booking",
+        "Cancel a booking. Irreversible; confirm with the user first.",
+        {"reference": {"type": "string"}},
+        ["reference"],
+    ),
     _tool("get_weather", "Current weather for a city.", {"city": {"type": "string"}}, ["city"]),
 ]
 HISTORY = [
     {"role": "system", "content": "You are a travel assistant. Today is 2026-11-21."},
-    {"role": "user", "content": "Please book me a business class flight from JFK to LHR on 2026-12-24 for 2 passengers."},
+    {
+        "role": "user",
+        "content": "Please book me a business class flight from JFK to LHR on 2026-12-24 for 2 passengers.",
+    },
 ]
-CALL = {"id": "call_1", "type": "function", "function": {"name": "book_flight", "arguments":
-        '{"origin": "JFK", "destination": "LHR", "date": "2026-12-24", "passengers": 2, "cabin": "business"}'}}
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {
+        "name": "book_flight",
+        "arguments": '{"origin": "JFK", "destination": "LHR", "date": "2026-12-24", "passengers": 2, "cabin": "business"}',
+    },
+}
 POLICY = GatePolicy(judge_when="ungrounded", tools=(ToolRule(match="cancel_*", risk="high"),))
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "reflection.testing.server", "--idle-timeout", "60"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reflection.testing.server", "--idle-timeout", "60"], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     return proc, proc.stdout.readline().strip()
 
@@ -115,8 +150,12 @@ async def judged(base_url: str, n: int) -> dict[str, float]:
             else:
                 requests[side] += (await reflector.reflect(CALL, TOOLS, HISTORY)).usage.requests
             totals[side] += time.process_time() - cpu0
-    return {"reflector_ms": totals["reflector"] / n * 1e3, "gate_ms": totals["gate"] / n * 1e3,
-            "reflector_requests": requests["reflector"] / n, "gate_requests": requests["gate"] / n}
+    return {
+        "reflector_ms": totals["reflector"] / n * 1e3,
+        "gate_ms": totals["gate"] / n * 1e3,
+        "reflector_requests": requests["reflector"] / n,
+        "gate_requests": requests["gate"] / n,
+    }
 
 
 async def deadline(deadline_ms: float, tries: int) -> list[tuple[str, float]]:
@@ -124,8 +163,9 @@ async def deadline(deadline_ms: float, tries: int) -> list[tuple[str, float]]:
     with socket.socket() as silent:  # accepts connections (kernel backlog), never answers
         silent.bind(("127.0.0.1", 0))
         silent.listen(64)
-        config = ReflectionConfig(judge=JudgeConfig(base_url=f"http://127.0.0.1:{silent.getsockname()[1]}/v1",
-                                                    model="silent", timeout=30))
+        config = ReflectionConfig(
+            judge=JudgeConfig(base_url=f"http://127.0.0.1:{silent.getsockname()[1]}/v1", model="silent", timeout=30)
+        )
         policy = GatePolicy(deadline_ms=deadline_ms, tools=(ToolRule(match="cancel_*", risk="high"),))
         cancel = {"name": "cancel_booking", "arguments": {"reference": "ABC123"}}
         async with Gate(config, policy=policy) as gate:
@@ -155,21 +195,33 @@ def main() -> None:
 
     beyond = c["gate_us"] - c["static_us"]
     print(f"1. cascade, grounded low-risk call, judge configured, {args.decisions} decisions x 5 passes (best pass)")
-    print(f"   Gate.check {c['gate_us']:.1f} µs CPU; check_call {c['static_us']:.1f} µs; beyond the static check "
-          f"{beyond:.1f} µs ({c['gate_us'] / c['static_us']:.2f}x); judge requests {c['requests']:.0f}")
+    print(
+        f"   Gate.check {c['gate_us']:.1f} µs CPU; check_call {c['static_us']:.1f} µs; beyond the static check "
+        f"{beyond:.1f} µs ({c['gate_us'] / c['static_us']:.2f}x); judge requests {c['requests']:.0f}"
+    )
     overhead = j["gate_ms"] / j["reflector_ms"] - 1
     print(f"2. judged, stand-in judge on loopback, {args.judged} calls per side, alternating call by call")
-    print(f"   Reflector.reflect {j['reflector_ms']:.3f} ms CPU ({j['reflector_requests']:.2f} requests); "
-          f"Gate.check {j['gate_ms']:.3f} ms ({j['gate_requests']:.2f} requests); ratio {j['gate_ms'] / j['reflector_ms']:.3f}x "
-          f"({overhead:+.1%})")
+    print(
+        f"   Reflector.reflect {j['reflector_ms']:.3f} ms CPU ({j['reflector_requests']:.2f} requests); "
+        f"Gate.check {j['gate_ms']:.3f} ms ({j['gate_requests']:.2f} requests); ratio {j['gate_ms'] / j['reflector_ms']:.3f}x "
+        f"({overhead:+.1%})"
+    )
     worst = max(ms for _, ms in d)
     print(f"3. deadline {args.deadline_ms:g} ms, judge never answers, {len(d)} decisions (low / high risk alternating)")
-    print("   " + ", ".join(f"{action} {ms:.0f} ms" for action, ms in d) +
-          f"; worst {worst:.0f} ms = deadline {worst - args.deadline_ms:+.0f} ms")
-    print("targets: zero judge requests: {}; < 100 µs beyond the static check: {}; gate <= +5% over Reflector: {}; "
-          "within deadline + 50 ms: {}".format(
-              "met" if c["requests"] == 0 else "MISSED", "met" if beyond < 100 else "MISSED",
-              "met" if overhead <= 0.05 else "MISSED", "met" if worst <= args.deadline_ms + 50 else "MISSED"))
+    print(
+        "   "
+        + ", ".join(f"{action} {ms:.0f} ms" for action, ms in d)
+        + f"; worst {worst:.0f} ms = deadline {worst - args.deadline_ms:+.0f} ms"
+    )
+    print(
+        "targets: zero judge requests: {}; < 100 µs beyond the static check: {}; gate <= +5% over Reflector: {}; "
+        "within deadline + 50 ms: {}".format(
+            "met" if c["requests"] == 0 else "MISSED",
+            "met" if beyond < 100 else "MISSED",
+            "met" if overhead <= 0.05 else "MISSED",
+            "met" if worst <= args.deadline_ms + 50 else "MISSED",
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,12 @@ def _case(history_text: str, values: list[Any]) -> tuple[Any, Any, Any]:
     names = [f"v{i}" for i in range(len(values))]
     tools = normalize_tools([{"name": "f", "parameters": {"type": "object", "properties": {n: {} for n in names}}}])
     call = normalize_call({"name": "f", "arguments": dict(zip(names, values, strict=True))})
-    history = normalize_history([{"role": "user", "content": "please use the tool output"},
-                                 {"role": "tool", "tool_call_id": "1", "content": history_text}])
+    history = normalize_history(
+        [
+            {"role": "user", "content": "please use the tool output"},
+            {"role": "tool", "tool_call_id": "1", "content": history_text},
+        ]
+    )
     return call, history, tools.get("f")
 
 
@@ -56,26 +60,44 @@ def _cpu(case: tuple[Any, Any, Any], repeat: int) -> tuple[float, int]:
 
 def _lengths(size: int) -> list[int]:
     """64 prefix lengths from 1 to `size`, spread geometrically."""
-    return sorted({max(1, min(size, round(size ** (i / (_VALUES - 1))))) for i in range(_VALUES)}
-                  | set(range(1, _VALUES + 1)))[-_VALUES:]
+    return sorted(
+        {max(1, min(size, round(size ** (i / (_VALUES - 1))))) for i in range(_VALUES)} | set(range(1, _VALUES + 1))
+    )[-_VALUES:]
 
 
 def cases(size: int) -> list[tuple[str, tuple[Any, Any, Any]]]:
     rng = random.Random(21)
     token = "".join(rng.choice(string.ascii_lowercase + string.digits) for _ in range(size))
     digits = "".join(rng.choice(string.digits[1:]) for _ in range(size))
-    words = " ".join(rng.choice(["alpha", "beta", "gamma", "delta", "city", "lisbon", "2025", "49.95"])
-                     for _ in range(size // 6))
+    words = " ".join(
+        rng.choice(["alpha", "beta", "gamma", "delta", "city", "lisbon", "2025", "49.95"]) for _ in range(size // 6)
+    )
     tail = " ".join(f"needle{i}" for i in range(_VALUES))
     return [
         ("long token", _case(token, [token[:n] for n in _lengths(size)])),
-        ("long token, numbers", _case(digits, [int(digits[:n]) for n in range(1, 25)] + [digits[:n] for n in _lengths(size)[:40]])),
+        (
+            "long token, numbers",
+            _case(digits, [int(digits[:n]) for n in range(1, 25)] + [digits[:n] for n in _lengths(size)[:40]]),
+        ),
         ("repeated token", _case("a" * size, ["a" * n for n in _lengths(size)])),
-        ("near misses", _case(" ".join(f"x{i % 10}y{i % 7}" for i in range(size // 5)),
-                              [str(i) for i in range(10)] + [f"{i}y" for i in range(10)] + [f"y{i}" for i in range(7)]
-                              + [f"x{i}y{j}z" for i in range(6) for j in range(6)] + ["x1y1 x2"])),
-        ("number table", _case(" ".join(f"{i % 9 + 1}.5{i % 7} {i % 90 + 10}5 -{i % 9}" for i in range(size // 12)),
-                               [5, 15, 25, 35, 45, 55, 65, 75, 85, 95] + [i + 0.25 for i in range(1, 55)])),
+        (
+            "near misses",
+            _case(
+                " ".join(f"x{i % 10}y{i % 7}" for i in range(size // 5)),
+                [str(i) for i in range(10)]
+                + [f"{i}y" for i in range(10)]
+                + [f"y{i}" for i in range(7)]
+                + [f"x{i}y{j}z" for i in range(6) for j in range(6)]
+                + ["x1y1 x2"],
+            ),
+        ),
+        (
+            "number table",
+            _case(
+                " ".join(f"{i % 9 + 1}.5{i % 7} {i % 90 + 10}5 -{i % 9}" for i in range(size // 12)),
+                [5, 15, 25, 35, 45, 55, 65, 75, 85, 95] + [i + 0.25 for i in range(1, 55)],
+            ),
+        ),
         ("words (clean)", _case(words + " " + tail, [f"needle{i}" for i in range(_VALUES)])),
     ]
 

@@ -31,8 +31,10 @@ _HARD_PATTERN = r"^(?!(a*)*\1!)a+$"
 
 
 def _row(tools: list[dict[str, Any]], arguments_json: str, history: Any = None) -> bytes:
-    text = (f'{{"id": "r", "tools": {json.dumps(tools)}, "history": {json.dumps(history)}, '
-            f'"call": {{"name": "{tools[0]["name"]}", "arguments": {arguments_json}}}}}')
+    text = (
+        f'{{"id": "r", "tools": {json.dumps(tools)}, "history": {json.dumps(history)}, '
+        f'"call": {{"name": "{tools[0]["name"]}", "arguments": {arguments_json}}}}}'
+    )
     return text.encode()
 
 
@@ -64,8 +66,16 @@ def main() -> None:
     repeat = parser.parse_args().repeat
 
     def names_tool(pattern: str) -> list[dict[str, Any]]:
-        return [{"name": "tag", "parameters": {"type": "object", "properties": {
-            "names": {"type": "array", "items": {"type": "string", "pattern": pattern}}}}}]
+        return [
+            {
+                "name": "tag",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"names": {"type": "array", "items": {"type": "string", "pattern": pattern}}},
+                },
+            }
+        ]
+
     values = json.dumps({"names": ["a" * (18 + i % 10) for i in range(400)]})
     hard, plain = _row(names_tool(_HARD_PATTERN), values), _row(names_tool("^a+$"), values)
     _case("regex", lambda: _reflect_line(hard), lambda: _reflect_line(plain), repeat, f" ({len(hard):,} byte row)")
@@ -77,12 +87,20 @@ def main() -> None:
     _case("grounding", lambda: ground_call(call, noisy, None), lambda: ground_call(call, quiet, None), repeat)
 
     enum = [f"value-number-{i:05d}-of-the-allowed-set" for i in range(2000)]
-    enum_tools = [{"name": "pick", "parameters": {"type": "object", "properties": {
-        "items": {"type": "array", "items": {"type": "string", "enum": enum}}}}}]
+    enum_tools = [
+        {
+            "name": "pick",
+            "parameters": {
+                "type": "object",
+                "properties": {"items": {"type": "array", "items": {"type": "string", "enum": enum}}},
+            },
+        }
+    ]
     outside = _row(enum_tools, json.dumps({"items": [str(i % 10) for i in range(850)]}))
     inside = _row(enum_tools, json.dumps({"items": enum[:850]}))
-    _case("enum", lambda: _reflect_line(outside), lambda: _reflect_line(inside), repeat,
-          f" ({len(outside):,} byte row)")
+    _case(
+        "enum", lambda: _reflect_line(outside), lambda: _reflect_line(inside), repeat, f" ({len(outside):,} byte row)"
+    )
 
     depth = 100_000
     deep_tools = [{"name": "f", "parameters": {"type": "object", "properties": {"a": {}}}}]

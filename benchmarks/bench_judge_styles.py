@@ -32,13 +32,26 @@ from reflection.testing._protocol import ReplyStyler
 from reflection.testing.server import StandInJudge
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city.",
-                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                     "required": ["city"]}}},
-    {"type": "function", "function": {"name": "book_table", "description": "Book a restaurant table.",
-                                      "parameters": {"type": "object", "properties": {
-                                          "restaurant": {"type": "string"}, "people": {"type": "integer"}},
-                                          "required": ["restaurant", "people"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "book_table",
+            "description": "Book a restaurant table.",
+            "parameters": {
+                "type": "object",
+                "properties": {"restaurant": {"type": "string"}, "people": {"type": "integer"}},
+                "required": ["restaurant", "people"],
+            },
+        },
+    },
 ]
 CITIES = ["Paris", "Rome", "Lisbon", "Oslo", "Kyoto", "Lima", "Cairo", "Quito", "Dakar", "Hanoi"]
 
@@ -104,8 +117,11 @@ async def main() -> None:
         for style in styles:
             start = time.perf_counter()
             row = await run_style(server, style, n, args.concurrency)
-            print(f"{style:<20} {row['right']:>6} {row['wrong']:>6} {row['unknown']:>8} {row['requests']:>20.3f}"
-                  f" {time.perf_counter() - start:>8.1f}", flush=True)
+            print(
+                f"{style:<20} {row['right']:>6} {row['wrong']:>6} {row['unknown']:>8} {row['requests']:>20.3f}"
+                f" {time.perf_counter() - start:>8.1f}",
+                flush=True,
+            )
             checks.extend(targets(style, row, n))
     print()
     for text, met in checks:

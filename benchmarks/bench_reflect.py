@@ -31,36 +31,76 @@ from reflection.semantic import SemanticRequest, build_messages
 
 
 def _tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
-        "type": "object", "properties": properties, "required": required, "additionalProperties": False}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": False,
+            },
+        },
+    }
 
 
 TOOLS = [
-    _tool("book_flight", "Book a one-way flight for one or more passengers. Dates are ISO 8601 (YYYY-MM-DD); airports are IATA codes.", {
-        "origin": {"type": "string", "pattern": "^[A-Z]{3}$", "description": "IATA code of the departure airport"},
-        "destination": {"type": "string", "pattern": "^[A-Z]{3}$", "description": "IATA code of the arrival airport"},
-        "date": {"type": "string", "format": "date", "description": "Departure date, YYYY-MM-DD"},
-        "passengers": {"type": "integer", "minimum": 1, "maximum": 9, "default": 1},
-        "cabin": {"type": "string", "enum": ["economy", "premium", "business", "first"], "default": "economy"},
-    }, ["origin", "destination", "date"]),
-    _tool("search_flights", "Search available flights between two airports on a date.", {
-        "origin": {"type": "string"}, "destination": {"type": "string"}, "date": {"type": "string", "format": "date"}},
-        ["origin", "destination", "date"]),
-    _tool("get_booking", "Look up an existing booking by its reference.", {"reference": {"type": "string"}}, ["reference"]),
-    _tool("cancel_booking", "Cancel a booking. Irreversible; confirm with the user first.", {"reference": {"type": "string"}}, ["reference"]),
+    _tool(
+        "book_flight",
+        "Book a one-way flight for one or more passengers. Dates are ISO 8601 (YYYY-MM-DD); airports are IATA codes.",
+        {
+            "origin": {"type": "string", "pattern": "^[A-Z]{3}$", "description": "IATA code of the departure airport"},
+            "destination": {
+                "type": "string",
+                "pattern": "^[A-Z]{3}$",
+                "description": "IATA code of the arrival airport",
+            },
+            "date": {"type": "string", "format": "date", "description": "Departure date, YYYY-MM-DD"},
+            "passengers": {"type": "integer", "minimum": 1, "maximum": 9, "default": 1},
+            "cabin": {"type": "string", "enum": ["economy", "premium", "business", "first"], "default": "economy"},
+        },
+        ["origin", "destination", "date"],
+    ),
+    _tool(
+        "search_flights",
+        "Search available flights between two airports on a date.",
+        {"origin": {"type": "string"}, "destination": {"type": "string"}, "date": {"type": "string", "format": "date"}},
+        ["origin", "destination", "date"],
+    ),
+    _tool(
+        "get_booking", "Look up an existing booking by its reference.", {"reference": {"type": "string"}}, ["reference"]
+    ),
+    _tool(
+        "cancel_booking",
+        "Cancel a booking. Irreversible; confirm with the user first.",
+        {"reference": {"type": "string"}},
+        ["reference"],
+    ),
     _tool("get_weather", "Current weather for a city.", {"city": {"type": "string"}}, ["city"]),
 ]
 HISTORY = [
     {"role": "system", "content": "You are a travel assistant. Use the tools to help the user. Today is 2026-11-21."},
-    {"role": "user", "content": "Please book me a business class flight from JFK to LHR on 2026-12-24 for 2 passengers."},
+    {
+        "role": "user",
+        "content": "Please book me a business class flight from JFK to LHR on 2026-12-24 for 2 passengers.",
+    },
 ]
-CALL = {"id": "call_1", "type": "function", "function": {"name": "book_flight", "arguments":
-        '{"origin": "JFK", "destination": "LHR", "date": "2026-12-24", "passengers": 2, "cabin": "business"}'}}
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {
+        "name": "book_flight",
+        "arguments": '{"origin": "JFK", "destination": "LHR", "date": "2026-12-24", "passengers": 2, "cabin": "business"}',
+    },
+}
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "reflection.testing.server", "--idle-timeout", "60"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reflection.testing.server", "--idle-timeout", "60"], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     return proc, proc.stdout.readline().strip()
 
@@ -78,15 +118,26 @@ async def run_mode(base_url: str, mode: str, n: int) -> dict[str, float]:
             chars += result.usage.prompt_chars
             tokens += result.usage.prompt_tokens
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    return {"requests": requests / n, "chars": chars / n, "tokens": tokens / n, "cpu_ms": cpu / n * 1000,
-            "wall_ms": wall / n * 1000, "checks": len(result.semantic)}
+    return {
+        "requests": requests / n,
+        "chars": chars / n,
+        "tokens": tokens / n,
+        "cpu_ms": cpu / n * 1000,
+        "wall_ms": wall / n * 1000,
+        "checks": len(result.semantic),
+    }
 
 
 async def run_bare_sdk(base_url: str, n: int) -> float:
     """CPU per request of the SDK alone, with the combined prompt: the floor for one request."""
     inventory, call, history = normalize_tools(TOOLS), normalize_call(CALL), normalize_history(HISTORY)
-    request = SemanticRequest(call=call, spec=inventory.get(call.name), inventory=inventory, history=history,
-                              grounding=ground_call(call, history, inventory.get(call.name)))
+    request = SemanticRequest(
+        call=call,
+        spec=inventory.get(call.name),
+        inventory=inventory,
+        history=history,
+        grounding=ground_call(call, history, inventory.get(call.name)),
+    )
     messages, _ = build_messages(request, SEMANTIC_CHECKS, token_budget=3000)
     async with httpx.AsyncClient() as http:
         client = openai.AsyncOpenAI(api_key="x", base_url=base_url, http_client=http, max_retries=0)
@@ -109,15 +160,23 @@ def main() -> None:
         proc.terminate()
         proc.wait(10)
     print(f"stand-in judge on loopback, {args.reflections} sequential reflections per mode, 5 tools, single turn")
-    print(f"{'mode':<10} {'checks':>6} {'requests':>9} {'prompt chars':>13} {'prompt tokens':>14} {'client CPU ms':>14} {'vs bare SDK':>12}")
+    print(
+        f"{'mode':<10} {'checks':>6} {'requests':>9} {'prompt chars':>13} {'prompt tokens':>14} {'client CPU ms':>14} {'vs bare SDK':>12}"
+    )
     for mode, r in rows.items():
-        print(f"{mode:<10} {r['checks']:>6} {r['requests']:>9.2f} {r['chars']:>13.0f} {r['tokens']:>14.0f} "
-              f"{r['cpu_ms']:>14.2f} {r['cpu_ms'] / bare:>11.2f}x")
+        print(
+            f"{mode:<10} {r['checks']:>6} {r['requests']:>9.2f} {r['chars']:>13.0f} {r['tokens']:>14.0f} "
+            f"{r['cpu_ms']:>14.2f} {r['cpu_ms'] / bare:>11.2f}x"
+        )
     print(f"bare SDK request with the combined prompt: {bare:.2f} ms client CPU")
     c = rows["combined"]
-    print("targets: combined 1 request with 4 checks: {}; <= 12,000 prompt chars: {}; <= 5 ms CPU: {}".format(
-        "met" if c["requests"] == 1 and c["checks"] == 4 else "MISSED",
-        "met" if c["chars"] <= 12_000 else "MISSED", "met" if c["cpu_ms"] <= 5 else "MISSED"))
+    print(
+        "targets: combined 1 request with 4 checks: {}; <= 12,000 prompt chars: {}; <= 5 ms CPU: {}".format(
+            "met" if c["requests"] == 1 and c["checks"] == 4 else "MISSED",
+            "met" if c["chars"] <= 12_000 else "MISSED",
+            "met" if c["cpu_ms"] <= 5 else "MISSED",
+        )
+    )
 
 
 if __name__ == "__main__":

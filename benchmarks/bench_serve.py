@@ -52,29 +52,72 @@ sys.path.insert(0, str(ROOT))
 
 from starlette.requests import Request  # noqa: E402 - FastAPI resolves the echo route's annotation here
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "The forecast for a city over a number of days.",
-    "parameters": {"type": "object", "required": ["city"], "properties": {
-        "city": {"type": "string", "description": "City name"},
-        "days": {"type": "integer", "minimum": 1, "maximum": 14},
-        "units": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"}}}}}]
-HISTORY = [{"role": "system", "content": "You are a weather assistant."},
-           {"role": "user", "content": "What's the weather in Paris for the next 2 days?"}]
-SCRIPT = {"bench": [{"content": None, "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]}]}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The forecast for a city over a number of days.",
+            "parameters": {
+                "type": "object",
+                "required": ["city"],
+                "properties": {
+                    "city": {"type": "string", "description": "City name"},
+                    "days": {"type": "integer", "minimum": 1, "maximum": 14},
+                    "units": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+                },
+            },
+        },
+    }
+]
+HISTORY = [
+    {"role": "system", "content": "You are a weather assistant."},
+    {"role": "user", "content": "What's the weather in Paris for the next 2 days?"},
+]
+SCRIPT = {
+    "bench": [{"content": None, "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]}]
+}
 RESPONSES_TOOLS = [{"type": "function", **TOOLS[0]["function"]}]
-MESSAGES_TOOLS = [{"name": TOOLS[0]["function"]["name"], "description": TOOLS[0]["function"]["description"],
-                   "input_schema": TOOLS[0]["function"]["parameters"]}]
+MESSAGES_TOOLS = [
+    {
+        "name": TOOLS[0]["function"]["name"],
+        "description": TOOLS[0]["function"]["description"],
+        "input_schema": TOOLS[0]["function"]["parameters"],
+    }
+]
 APIS = {
     "chat": ("/v1/chat/completions", {"model": "bench", "messages": HISTORY, "tools": TOOLS}),
-    "responses": ("/v1/responses", {"model": "bench", "instructions": HISTORY[0]["content"],
-                                    "input": HISTORY[1]["content"], "tools": RESPONSES_TOOLS}),
-    "messages": ("/v1/messages", {"model": "bench", "max_tokens": 256, "system": HISTORY[0]["content"],
-                                  "messages": HISTORY[1:], "tools": MESSAGES_TOOLS}),
+    "responses": (
+        "/v1/responses",
+        {
+            "model": "bench",
+            "instructions": HISTORY[0]["content"],
+            "input": HISTORY[1]["content"],
+            "tools": RESPONSES_TOOLS,
+        },
+    ),
+    "messages": (
+        "/v1/messages",
+        {
+            "model": "bench",
+            "max_tokens": 256,
+            "system": HISTORY[0]["content"],
+            "messages": HISTORY[1:],
+            "tools": MESSAGES_TOOLS,
+        },
+    ),
 }
 """Per API: the path and a request with tools (the same question and tool in each API's shape)."""
-CHECK_ROW = {"id": "bench", "call": {"id": "call_1", "type": "function",
-                                     "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'}},
-             "tools": TOOLS, "history": HISTORY}
+CHECK_ROW = {
+    "id": "bench",
+    "call": {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'},
+    },
+    "tools": TOOLS,
+    "history": HISTORY,
+}
 
 
 def _env(root: Path = ROOT) -> dict[str, str]:
@@ -86,9 +129,23 @@ def _env(root: Path = ROOT) -> dict[str, str]:
 def start_upstream(latency: float, tmp: Path) -> tuple[subprocess.Popen[str], str]:
     script = tmp / "script.json"
     script.write_text(json.dumps(SCRIPT))
-    process = subprocess.Popen([sys.executable, "-m", "reflection.testing.upstream", "--script", str(script),
-                                "--latency", str(latency), "--idle-timeout", "600"],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env())
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "reflection.testing.upstream",
+            "--script",
+            str(script),
+            "--latency",
+            str(latency),
+            "--idle-timeout",
+            "600",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=_env(),
+    )
     assert process.stdout is not None
     return process, process.stdout.readline().strip()
 
@@ -98,15 +155,17 @@ def cpu_seconds(pid: int) -> float:
     Linux /proc; 0 elsewhere."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        children = [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
-                    for c in (task / "children").read_text().split()]
+        children = [
+            int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()
+        ]
     except OSError:
         return 0.0
     return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK") + sum(cpu_seconds(c) for c in children)
 
 
-def start_service(tmp: Path, upstream: str, workers: int, root: Path = ROOT,
-                  name: str = "service") -> tuple[subprocess.Popen[bytes], str]:
+def start_service(
+    tmp: Path, upstream: str, workers: int, root: Path = ROOT, name: str = "service"
+) -> tuple[subprocess.Popen[bytes], str]:
     config = tmp / f"{name}.yaml"
     settings = {"base_url": upstream}
     if name != "baseline":  # an older checkout may not know the Anthropic upstream; it is measured on chat only
@@ -114,17 +173,33 @@ def start_service(tmp: Path, upstream: str, workers: int, root: Path = ROOT,
     config.write_text(json.dumps({"upstream": settings}))  # JSON is YAML
     log = tmp / f"{name}.log"
     with log.open("wb") as err:
-        process = subprocess.Popen([sys.executable, "-c", "from reflection.cli import app; app()", "serve",
-                                    "--config", str(config), "--port", "0", "--workers", str(workers)],
-                                   stdout=subprocess.DEVNULL, stderr=err, env=_env(root), cwd=root)  # `-c` puts the cwd first
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from reflection.cli import app; app()",
+                "serve",
+                "--config",
+                str(config),
+                "--port",
+                "0",
+                "--workers",
+                str(workers),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=_env(root),
+            cwd=root,
+        )  # `-c` puts the cwd first
     return process, _wait_for_url(process, log, r"serving on (http://127\.0\.0\.1:\d+)")
 
 
 def start_echo(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
     log = tmp / "echo.log"
     with log.open("wb") as err:
-        process = subprocess.Popen([sys.executable, __file__, "--echo-server"], stdout=subprocess.DEVNULL,
-                                   stderr=err, env=_env())
+        process = subprocess.Popen(
+            [sys.executable, __file__, "--echo-server"], stdout=subprocess.DEVNULL, stderr=err, env=_env()
+        )
     return process, _wait_for_url(process, log, r"echo on (http://127\.0\.0\.1:\d+)")
 
 
@@ -201,8 +276,10 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
 async def load(url: str, path: str, body: bytes, requests: int, concurrency: int) -> tuple[list[float], float, int]:
     """Post `body` `requests` times over `concurrency` keep-alive connections: latencies (s), wall time, errors."""
     host, port = url.removeprefix("http://").split(":")
-    request = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-               f"Content-Length: {len(body)}\r\nAuthorization: Bearer bench\r\n\r\n").encode() + body
+    request = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nAuthorization: Bearer bench\r\n\r\n"
+    ).encode() + body
     latencies: list[float] = []
     errors = 0
     remaining = requests
@@ -231,8 +308,9 @@ def _own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure(url: str, path: str, body: bytes, requests: int, concurrency: int,
-            servers: dict[str, int]) -> tuple[list[float], float, int, dict[str, float]]:
+def measure(
+    url: str, path: str, body: bytes, requests: int, concurrency: int, servers: dict[str, int]
+) -> tuple[list[float], float, int, dict[str, float]]:
     """`load`, plus the CPU seconds per request each party spent: "clients" (this process) and
     every process in `servers` (name: pid)."""
     before = {name: cpu_seconds(pid) for name, pid in servers.items()}
@@ -252,12 +330,19 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _report(label: str, arms: dict[str, tuple[list[float], float, int, dict[str, float]]], services: list[str],
-            concurrency: int, args: argparse.Namespace) -> None:
+def _report(
+    label: str,
+    arms: dict[str, tuple[list[float], float, int, dict[str, float]]],
+    services: list[str],
+    concurrency: int,
+    args: argparse.Namespace,
+) -> None:
     print(label)
     for name, (lat, wall, err, cpu) in arms.items():
-        print(f"  {name:8}: p50 {_pct(lat, 0.5) * 1000:7.2f} ms  p99 {_pct(lat, 0.99) * 1000:7.2f} ms  "
-              f"{len(lat) / wall:8.1f} req/s  errors {err}   CPU per request: {_cpu_text(cpu)}")
+        print(
+            f"  {name:8}: p50 {_pct(lat, 0.5) * 1000:7.2f} ms  p99 {_pct(lat, 0.99) * 1000:7.2f} ms  "
+            f"{len(lat) / wall:8.1f} req/s  errors {err}   CPU per request: {_cpu_text(cpu)}"
+        )
     direct, direct_wall, _, direct_cpu = arms["direct"]
     cores = os.cpu_count() or 1
     for name in services:
@@ -268,15 +353,19 @@ def _report(label: str, arms: dict[str, tuple[list[float], float, int, dict[str,
         added99 = (_pct(gated, 0.99) - _pct(direct, 0.99)) * 1000
         ratio = (len(gated) / gated_wall) / (len(direct) / direct_wall)
         target = "(target <= 2)" if concurrency == 1 else "(issue 13 target for chat <= 2)"
-        print(f"  {name}: added latency p50 {added50:+.2f} ms {target}, p99 {added99:+.2f} ms; "
-              f"throughput {ratio:.2f}x direct" + (" (target >= 0.8)" if concurrency > 1 else ""))
+        print(
+            f"  {name}: added latency p50 {added50:+.2f} ms {target}, p99 {added99:+.2f} ms; "
+            f"throughput {ratio:.2f}x direct" + (" (target >= 0.8)" if concurrency > 1 else "")
+        )
         if concurrency > 1:
             base_cpu = direct_cpu["clients"] + direct_cpu["stand-in"]
             direct_max = cores / base_cpu
             gated_max = min(cores / (base_cpu + cpu[name]), args.workers / cpu[name])
-            print(f"    CPU-bound ceilings on {cores} cores: direct {direct_max:.0f} req/s, through it "
-                  f"{gated_max:.0f} req/s ({gated_max / direct_max:.2f}x; the clients' "
-                  f"{concurrency} / {args.latency * 1000:.0f} ms allow {concurrency / args.latency:.0f})")
+            print(
+                f"    CPU-bound ceilings on {cores} cores: direct {direct_max:.0f} req/s, through it "
+                f"{gated_max:.0f} req/s ({gated_max / direct_max:.2f}x; the clients' "
+                f"{concurrency} / {args.latency * 1000:.0f} ms allow {concurrency / args.latency:.0f})"
+            )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -304,19 +393,28 @@ def run(args: argparse.Namespace) -> None:
                 for url in (upstream_base, *(services[n][1] for n in names)):  # warm-up: connections, caches, imports
                     asyncio.run(load(url, path, body, 300, args.concurrency))
                 for concurrency, requests in ((1, args.sequential_requests), (args.concurrency, args.requests)):
-                    arms = {"direct": measure(upstream_base, path, body, requests, concurrency,
-                                              {"stand-in": upstream.pid})}
+                    arms = {
+                        "direct": measure(upstream_base, path, body, requests, concurrency, {"stand-in": upstream.pid})
+                    }
                     for name in names:
                         process, url = services[name]
-                        arms[name] = measure(url, path, body, requests, concurrency,
-                                             {"stand-in": upstream.pid, name: process.pid})
+                        arms[name] = measure(
+                            url, path, body, requests, concurrency, {"stand-in": upstream.pid, name: process.pid}
+                        )
                     clients = "one sequential client" if concurrency == 1 else f"{concurrency} concurrent clients"
-                    _report(f"gateway {api} ({path}), {clients}, {requests} requests each way, stand-in latency "
-                            f"{args.latency * 1000:.0f} ms, gate static (no judge), {args.workers} worker(s)",
-                            arms, names, concurrency, args)
+                    _report(
+                        f"gateway {api} ({path}), {clients}, {requests} requests each way, stand-in latency "
+                        f"{args.latency * 1000:.0f} ms, gate static (no judge), {args.workers} worker(s)",
+                        arms,
+                        names,
+                        concurrency,
+                        args,
+                    )
 
-            print(f"/v1/check vs a bare parse-and-echo endpoint on the same stack, {args.check_requests} requests, "
-                  f"{args.concurrency} concurrent, {len(row)} byte row")
+            print(
+                f"/v1/check vs a bare parse-and-echo endpoint on the same stack, {args.check_requests} requests, "
+                f"{args.concurrency} concurrent, {len(row)} byte row"
+            )
             for url, path in [*((u, "/v1/check") for _, u in services.values()), (echo_url, "/echo")]:
                 asyncio.run(load(url, path, row, 500, args.concurrency))
             rates, server_cpu = {}, {}
@@ -327,8 +425,10 @@ def run(args: argparse.Namespace) -> None:
                 label = f"{name} {path}"
                 print(f"  {label:22}: {rates[name]:8.1f} req/s (errors {err})   CPU per request: {_cpu_text(cpu)}")
             for name in services:
-                print(f"  {name}: /v1/check {rates[name] / rates['echo']:.2f}x the echo's req/s (target >= 0.5); "
-                      f"by the servers' CPU per request {server_cpu['echo'] / server_cpu[name]:.2f}x")
+                print(
+                    f"  {name}: /v1/check {rates[name] / rates['echo']:.2f}x the echo's req/s (target >= 0.5); "
+                    f"by the servers' CPU per request {server_cpu['echo'] / server_cpu[name]:.2f}x"
+                )
         finally:
             for process in processes:
                 process.terminate()
@@ -338,9 +438,12 @@ def run(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=3000, help="gateway requests per arm")
-    parser.add_argument("--sequential-requests", type=int, default=300,
-                        help="gateway requests per arm with one sequential client")
-    parser.add_argument("--apis", default="chat,responses,messages", help="the gateway APIs to measure, comma-separated")
+    parser.add_argument(
+        "--sequential-requests", type=int, default=300, help="gateway requests per arm with one sequential client"
+    )
+    parser.add_argument(
+        "--apis", default="chat,responses,messages", help="the gateway APIs to measure, comma-separated"
+    )
     parser.add_argument("--check-requests", type=int, default=5000, help="/v1/check and echo requests per arm")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--latency", type=float, default=0.05, help="the stand-in model's latency (s)")

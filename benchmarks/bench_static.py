@@ -66,94 +66,201 @@ except ImportError:  # a checkout from before issue 23 (PYTHONPATH naming anothe
 
 # --- the tool pool ---------------------------------------------------------------------------
 
-_ADDRESS = {"type": "object", "properties": {
-    "street": {"type": "string", "minLength": 1}, "city": {"type": "string"},
-    "postcode": {"type": "string", "pattern": "^[0-9]{5}$"}}, "required": ["street", "city"]}
+_ADDRESS = {
+    "type": "object",
+    "properties": {
+        "street": {"type": "string", "minLength": 1},
+        "city": {"type": "string"},
+        "postcode": {"type": "string", "pattern": "^[0-9]{5}$"},
+    },
+    "required": ["street", "city"],
+}
 
 POOL: list[dict[str, Any]] = [
-    {"name": "get_weather", "description": "Current weather for a city.", "parameters": {
-        "type": "object", "properties": {
-            "city": {"type": "string", "description": "City name"},
-            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-            "days": {"type": "integer", "minimum": 1, "maximum": 14}},
-        "required": ["city"]}},
-    {"name": "search_flights", "description": "Search flights between two airports.", "parameters": {
-        "type": "object", "properties": {
-            "origin": {"type": "string", "pattern": "^[A-Z]{3}$"},
-            "destination": {"type": "string", "pattern": "^[A-Z]{3}$"},
-            "date": {"type": "string", "format": "date"},
-            "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
-            "cabin": {"type": "string", "enum": ["economy", "premium", "business", "first"]},
-            "nonstop": {"type": "boolean"}},
-        "required": ["origin", "destination", "date"]}},
-    {"name": "create_order", "description": "Place an order for items.", "parameters": {
-        "type": "object", "properties": {
-            "customer_id": {"type": "string", "format": "uuid"},
-            "items": {"type": "array", "minItems": 1, "items": {"type": "object", "properties": {
-                "sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 1},
-                "gift": {"type": "boolean"}}, "required": ["sku", "qty"]}},
-            "shipping": {"$ref": "#/$defs/address"},
-            "note": {"anyOf": [{"type": "string", "maxLength": 200}, {"type": "null"}]}},
-        "required": ["customer_id", "items"], "$defs": {"address": _ADDRESS}}},
-    {"name": "send_email", "description": "Send an email.", "parameters": {
-        "type": "object", "properties": {
-            "to": {"type": "array", "items": {"type": "string", "format": "email"}, "minItems": 1},
-            "subject": {"type": "string", "maxLength": 120},
-            "body": {"type": "string"},
-            "priority": {"type": "string", "enum": ["low", "normal", "high"]}},
-        "required": ["to", "subject", "body"], "additionalProperties": False}},
-    {"name": "book_meeting", "description": "Book a meeting room.", "parameters": {
-        "type": "object", "properties": {
-            "start": {"type": "string", "format": "date-time"},
-            "duration_minutes": {"type": "integer", "minimum": 15, "maximum": 480},
-            "attendees": {"type": "array", "items": {"type": "string", "format": "email"}},
-            "room": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
-        "required": ["start", "duration_minutes"]}},
-    {"name": "convert_currency", "description": "Convert an amount.", "parameters": {
-        "type": "object", "properties": {
-            "amount": {"type": "number", "exclusiveMinimum": 0},
-            "from": {"type": "string", "enum": ["USD", "EUR", "GBP", "JPY"]},
-            "to": {"type": "string", "enum": ["USD", "EUR", "GBP", "JPY"]}},
-        "required": ["amount", "from", "to"]}},
-    {"name": "lookup_ip", "description": "Geolocate an IP address.", "parameters": {
-        "type": "object", "properties": {"ip": {"type": "string", "format": "ipv4"},
-                                         "detailed": {"type": "boolean"}}, "required": ["ip"]}},
-    {"name": "update_profile", "description": "Update a user profile.", "parameters": {
-        "type": "object", "properties": {
-            "user_id": {"type": "integer", "minimum": 1},
-            "name": {"type": "string", "minLength": 1, "maxLength": 80},
-            "age": {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 150}, {"type": "null"}]},
-            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-            "address": {"$ref": "#/$defs/address"}},
-        "required": ["user_id"], "$defs": {"address": _ADDRESS}}},
-    {"name": "run_query", "description": "Run a read-only SQL query.", "parameters": {
-        "type": "object", "properties": {
-            "sql": {"type": "string", "minLength": 1},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
-            "timeout_s": {"type": "number", "minimum": 0.1}},
-        "required": ["sql"]}},
-    {"name": "translate", "description": "Translate text.", "parameters": {
-        "type": "object", "properties": {
-            "text": {"type": "string"},
-            "target": {"type": "string", "enum": ["en", "fr", "de", "es", "it", "ja"]},
-            "formal": {"type": "boolean"}},
-        "required": ["text", "target"]}},
-    {"name": "set_reminder", "description": "Set a reminder.", "parameters": {
-        "type": "object", "properties": {
-            "when": {"type": "string", "format": "date-time"},
-            "message": {"type": "string", "minLength": 1},
-            "repeat": {"type": "string", "enum": ["never", "daily", "weekly"]}},
-        "required": ["when", "message"]}},
-    {"name": "list_files", "description": "List files in a folder.", "parameters": {
-        "type": "object", "properties": {
-            "path": {"type": "string"}, "recursive": {"type": "boolean"},
-            "max_results": {"type": "integer", "minimum": 1}},
-        "required": ["path"]}},
+    {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "City name"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 14},
+            },
+            "required": ["city"],
+        },
+    },
+    {
+        "name": "search_flights",
+        "description": "Search flights between two airports.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "origin": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                "destination": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                "date": {"type": "string", "format": "date"},
+                "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
+                "cabin": {"type": "string", "enum": ["economy", "premium", "business", "first"]},
+                "nonstop": {"type": "boolean"},
+            },
+            "required": ["origin", "destination", "date"],
+        },
+    },
+    {
+        "name": "create_order",
+        "description": "Place an order for items.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "customer_id": {"type": "string", "format": "uuid"},
+                "items": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "sku": {"type": "string"},
+                            "qty": {"type": "integer", "minimum": 1},
+                            "gift": {"type": "boolean"},
+                        },
+                        "required": ["sku", "qty"],
+                    },
+                },
+                "shipping": {"$ref": "#/$defs/address"},
+                "note": {"anyOf": [{"type": "string", "maxLength": 200}, {"type": "null"}]},
+            },
+            "required": ["customer_id", "items"],
+            "$defs": {"address": _ADDRESS},
+        },
+    },
+    {
+        "name": "send_email",
+        "description": "Send an email.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "to": {"type": "array", "items": {"type": "string", "format": "email"}, "minItems": 1},
+                "subject": {"type": "string", "maxLength": 120},
+                "body": {"type": "string"},
+                "priority": {"type": "string", "enum": ["low", "normal", "high"]},
+            },
+            "required": ["to", "subject", "body"],
+            "additionalProperties": False,
+        },
+    },
+    {
+        "name": "book_meeting",
+        "description": "Book a meeting room.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "start": {"type": "string", "format": "date-time"},
+                "duration_minutes": {"type": "integer", "minimum": 15, "maximum": 480},
+                "attendees": {"type": "array", "items": {"type": "string", "format": "email"}},
+                "room": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            },
+            "required": ["start", "duration_minutes"],
+        },
+    },
+    {
+        "name": "convert_currency",
+        "description": "Convert an amount.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "amount": {"type": "number", "exclusiveMinimum": 0},
+                "from": {"type": "string", "enum": ["USD", "EUR", "GBP", "JPY"]},
+                "to": {"type": "string", "enum": ["USD", "EUR", "GBP", "JPY"]},
+            },
+            "required": ["amount", "from", "to"],
+        },
+    },
+    {
+        "name": "lookup_ip",
+        "description": "Geolocate an IP address.",
+        "parameters": {
+            "type": "object",
+            "properties": {"ip": {"type": "string", "format": "ipv4"}, "detailed": {"type": "boolean"}},
+            "required": ["ip"],
+        },
+    },
+    {
+        "name": "update_profile",
+        "description": "Update a user profile.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "user_id": {"type": "integer", "minimum": 1},
+                "name": {"type": "string", "minLength": 1, "maxLength": 80},
+                "age": {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 150}, {"type": "null"}]},
+                "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+                "address": {"$ref": "#/$defs/address"},
+            },
+            "required": ["user_id"],
+            "$defs": {"address": _ADDRESS},
+        },
+    },
+    {
+        "name": "run_query",
+        "description": "Run a read-only SQL query.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "sql": {"type": "string", "minLength": 1},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
+                "timeout_s": {"type": "number", "minimum": 0.1},
+            },
+            "required": ["sql"],
+        },
+    },
+    {
+        "name": "translate",
+        "description": "Translate text.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "text": {"type": "string"},
+                "target": {"type": "string", "enum": ["en", "fr", "de", "es", "it", "ja"]},
+                "formal": {"type": "boolean"},
+            },
+            "required": ["text", "target"],
+        },
+    },
+    {
+        "name": "set_reminder",
+        "description": "Set a reminder.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "when": {"type": "string", "format": "date-time"},
+                "message": {"type": "string", "minLength": 1},
+                "repeat": {"type": "string", "enum": ["never", "daily", "weekly"]},
+            },
+            "required": ["when", "message"],
+        },
+    },
+    {
+        "name": "list_files",
+        "description": "List files in a folder.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "recursive": {"type": "boolean"},
+                "max_results": {"type": "integer", "minimum": 1},
+            },
+            "required": ["path"],
+        },
+    },
 ]
 
-_SAMPLES = {"date": ["2025-03-14", "2024-12-01"], "date-time": ["2025-03-14T09:30:00Z", "2024-12-01T18:00:00+01:00"],
-            "email": ["ana@example.com", "bo@example.org"], "uuid": ["6f1c2a9e-8d4b-4c3a-9e2f-1a2b3c4d5e6f"],
-            "ipv4": ["192.168.1.20", "8.8.8.8"]}
+_SAMPLES = {
+    "date": ["2025-03-14", "2024-12-01"],
+    "date-time": ["2025-03-14T09:30:00Z", "2024-12-01T18:00:00+01:00"],
+    "email": ["ana@example.com", "bo@example.org"],
+    "uuid": ["6f1c2a9e-8d4b-4c3a-9e2f-1a2b3c4d5e6f"],
+    "ipv4": ["192.168.1.20", "8.8.8.8"],
+}
 _WORDS = ["alpha", "bravo", "Paris", "Lyon", "report", "hello world", "LHR", "q3 numbers"]
 
 
@@ -228,8 +335,14 @@ def _mutate(args: dict[str, Any], schema: dict[str, Any], rng: random.Random) ->
     return args
 
 
-_BFCL_TYPES = {"object": "dict", "number": "float", "array": "array", "string": "string",
-               "integer": "integer", "boolean": "boolean"}
+_BFCL_TYPES = {
+    "object": "dict",
+    "number": "float",
+    "array": "array",
+    "string": "string",
+    "integer": "integer",
+    "boolean": "boolean",
+}
 
 
 def _bfcl(schema: Any) -> Any:
@@ -255,8 +368,11 @@ def _render(tool: dict[str, Any], fmt: str) -> dict[str, Any]:
         return {"name": name, "description": desc, "parameters": _bfcl(params)}
     if fmt == "parameter_list" and "$defs" not in params:
         required = set(params.get("required", []))
-        return {"name": name, "description": desc, "parameters": [
-            dict(sub, name=key, required=key in required) for key, sub in params["properties"].items()]}
+        return {
+            "name": name,
+            "description": desc,
+            "parameters": [dict(sub, name=key, required=key in required) for key, sub in params["properties"].items()],
+        }
     return {"name": name, "description": desc, "parameters": params}
 
 
@@ -269,8 +385,16 @@ def _tool_sets(count: int, fresh: bool, index: int) -> tuple[str, list[dict[str,
     fmt = _FORMATS[(index if fresh else index % count) % len(_FORMATS)]
     tools = rng.sample(POOL, 5)
     if fresh:  # a new property name makes every schema new content
-        tools = [dict(t, parameters=dict(t["parameters"], properties=dict(
-            t["parameters"]["properties"], **{f"extra_{index}": {"type": "string"}}))) for t in tools]
+        tools = [
+            dict(
+                t,
+                parameters=dict(
+                    t["parameters"],
+                    properties=dict(t["parameters"]["properties"], **{f"extra_{index}": {"type": "string"}}),
+                ),
+            )
+            for t in tools
+        ]
     return fmt, tools, [_render(t, fmt) for t in tools]
 
 
@@ -340,8 +464,15 @@ def _read_only(lines: list[bytes]) -> tuple[int, int]:
     return 0, broken
 
 
-_TYPE_NAMES = {"dict": "object", "float": "number", "int": "integer", "str": "string", "bool": "boolean",
-               "list": "array", "tuple": "array"}
+_TYPE_NAMES = {
+    "dict": "object",
+    "float": "number",
+    "int": "integer",
+    "str": "string",
+    "bool": "boolean",
+    "list": "array",
+    "tuple": "array",
+}
 
 
 def _baseline_types(schema: Any) -> Any:
@@ -363,9 +494,13 @@ def _baseline_schema(specs: list[Any], name: Any) -> Any:
             continue
         params = body.get("parameters", body.get("input_schema", body.get("inputSchema")))
         if isinstance(params, list):
-            params = {"type": "object", "required": [p["name"] for p in params if p.get("required")],
-                      "properties": {p["name"]: {k: v for k, v in p.items() if k not in ("name", "required")}
-                                     for p in params}}
+            params = {
+                "type": "object",
+                "required": [p["name"] for p in params if p.get("required")],
+                "properties": {
+                    p["name"]: {k: v for k, v in p.items() if k not in ("name", "required")} for p in params
+                },
+            }
         elif isinstance(params, dict) and params.get("type") == "dict":  # BFCL type names
             params = _baseline_types(params)
         return params
@@ -420,8 +555,11 @@ def _stages(lines: list[bytes], repeat: int) -> tuple[float, float, float]:
             _calls_of(row.call, "call")
         return 0, 0
 
-    checks = [(calls[0], prepare(_inventory_of(row.tools)))
-              for row in parsed if len(calls := _calls_of(row.call, "call")) == 1]
+    checks = [
+        (calls[0], prepare(_inventory_of(row.tools)))
+        for row in parsed
+        if len(calls := _calls_of(row.call, "call")) == 1
+    ]
 
     def check(pairs: list[Any]) -> tuple[int, int]:
         for call, prepared in pairs:
@@ -501,20 +639,39 @@ def main() -> None:
     parser.add_argument("--tool-sets", type=int, default=40, help="distinct tool sets in the corpus (default 40)")
     parser.add_argument("--repeat", type=int, default=3, help="timed passes per checker; the best counts")
     parser.add_argument("--memory-rows", type=int, default=None, help="N for the memory run (default --rows)")
-    parser.add_argument("--fresh-rows", type=int, default=5000,
-                        help="N for the never-seen-schemas memory run (default 5000; the caches fill at 16,384)")
+    parser.add_argument(
+        "--fresh-rows",
+        type=int,
+        default=5000,
+        help="N for the never-seen-schemas memory run (default 5000; the caches fill at 16,384)",
+    )
     parser.add_argument("--skip-memory", action="store_true")
-    parser.add_argument("--bfcl-rows", type=int, default=50_000,
-                        help="rows of the BFCL-derived end-to-end corpus (default 50000; 0 skips it)")
-    parser.add_argument("--mixed-rows", type=int, default=50_000,
-                        help="rows of the mixed end-to-end corpus (default 50000; 0 skips it)")
+    parser.add_argument(
+        "--bfcl-rows",
+        type=int,
+        default=50_000,
+        help="rows of the BFCL-derived end-to-end corpus (default 50000; 0 skips it)",
+    )
+    parser.add_argument(
+        "--mixed-rows", type=int, default=50_000, help="rows of the mixed end-to-end corpus (default 50000; 0 skips it)"
+    )
     parser.add_argument("--no-stages", action="store_true", help="leave out the CPU split by stage")
-    parser.add_argument("--baseline", default=None, metavar="DIR",
-                        help="also time the reflection legs with the checkout at DIR (e.g. ../main): before/after in one run")
-    parser.add_argument("--altk-python", default=os.environ.get("ALTK_PYTHON"),
-                        help="python of a venv with agent-lifecycle-toolkit (default: $ALTK_PYTHON)")
-    parser.add_argument("--only-bfcl", action="store_true",
-                        help="run only the end-to-end part (the BFCL and mixed corpora, against ALTK)")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        metavar="DIR",
+        help="also time the reflection legs with the checkout at DIR (e.g. ../main): before/after in one run",
+    )
+    parser.add_argument(
+        "--altk-python",
+        default=os.environ.get("ALTK_PYTHON"),
+        help="python of a venv with agent-lifecycle-toolkit (default: $ALTK_PYTHON)",
+    )
+    parser.add_argument(
+        "--only-bfcl",
+        action="store_true",
+        help="run only the end-to-end part (the BFCL and mixed corpora, against ALTK)",
+    )
     parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--fresh", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
@@ -532,29 +689,43 @@ def main() -> None:
 def _synthetic(options: argparse.Namespace) -> None:
     lines = list(rows(options.rows, options.tool_sets))
     size = sum(map(len, lines)) / len(lines)
-    print(f"corpus: {len(lines)} rows, {options.tool_sets} tool sets x 5 tools, {len(_FORMATS)} spec formats, "
-          f"mean row {size:.0f} bytes")
+    print(
+        f"corpus: {len(lines)} rows, {options.tool_sets} tool sets x 5 tools, {len(_FORMATS)} spec formats, "
+        f"mean row {size:.0f} bytes"
+    )
     run_reflection(lines[:200])  # warm the caches once, as a long-running service would be
     ours, (ours_valid, ours_broken) = _rate(run_reflection, lines, options.repeat)
     base, (base_valid, base_broken) = _rate(run_baseline, lines, options.repeat)
-    print(f"reflection check_call:        {ours:>10,.0f} calls/s  ({ours_valid} valid, {ours_broken} unparseable lines)")
-    print(f"baseline jsonschema Draft7:   {base:>10,.0f} calls/s  ({base_valid} valid, {base_broken} rows it could not check)")
+    print(
+        f"reflection check_call:        {ours:>10,.0f} calls/s  ({ours_valid} valid, {ours_broken} unparseable lines)"
+    )
+    print(
+        f"baseline jsonschema Draft7:   {base:>10,.0f} calls/s  ({base_valid} valid, {base_broken} rows it could not check)"
+    )
     print(f"ratio: {ours / base:.1f}x (target >= 8x)")
     floor = _rate(_read_only, lines, options.repeat)[0]
-    print(f"ceiling: reading the rows alone (reflection.rows.parse_line + read_row) runs {floor:,.0f} rows/s, "
-          f"{floor / base:.1f}x the baseline")
+    print(
+        f"ceiling: reading the rows alone (reflection.rows.parse_line + read_row) runs {floor:,.0f} rows/s, "
+        f"{floor / base:.1f}x the baseline"
+    )
     normalise_rate, check_rate, base_check_rate = _stages(lines, options.repeat)
-    print(f"reflection stages, timed apart (us per row): read {1e6 / floor:.1f}, tools and call normalisation "
-          f"{1e6 / normalise_rate:.1f}, checks and corrections {1e6 / check_rate:.1f}; end to end {1e6 / ours:.1f}")
-    print(f"checking step alone: reflection {check_rate:,.0f} calls/s, jsonschema Draft7 {base_check_rate:,.0f} "
-          f"calls/s: {check_rate / base_check_rate:.1f}x")
+    print(
+        f"reflection stages, timed apart (us per row): read {1e6 / floor:.1f}, tools and call normalisation "
+        f"{1e6 / normalise_rate:.1f}, checks and corrections {1e6 / check_rate:.1f}; end to end {1e6 / ours:.1f}"
+    )
+    print(
+        f"checking step alone: reflection {check_rate:,.0f} calls/s, jsonschema Draft7 {base_check_rate:,.0f} "
+        f"calls/s: {check_rate / base_check_rate:.1f}x"
+    )
     if options.skip_memory:
         return
     for fresh, label in ((False, "same corpus"), (True, "never-seen schemas on every row")):
         n = options.fresh_rows if fresh else (options.memory_rows or options.rows)
         report = _memory(n, options.tool_sets, fresh)
-        cells = "; ".join(f"after {r['rows']:,} rows: traced peak {r['traced_peak_mb']:.1f} MB, "
-                          f"max RSS {r['max_rss_mb']:.0f} MB" for r in report)
+        cells = "; ".join(
+            f"after {r['rows']:,} rows: traced peak {r['traced_peak_mb']:.1f} MB, max RSS {r['max_rss_mb']:.0f} MB"
+            for r in report
+        )
         print(f"memory, {label}: {cells}")
 
 
@@ -606,8 +777,13 @@ def _write_corpus(rows: Iterator[dict[str, Any]], path: Path, altk_path: Path) -
 
 def _stage_split(path: Path, env: dict[str, str]) -> dict[str, Any]:
     """`_stages.py` over the corpus in a fresh process (cold caches, as a run starts)."""
-    out = subprocess.run([sys.executable, str(Path(__file__).with_name("_stages.py")), str(path)],
-                         capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("_stages.py")), str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -626,8 +802,9 @@ def _corpus_summary(path: Path) -> str:
 _ALTK_LEG = "ALTK evaluate_static (in-process loop)"
 
 
-def _end_to_end(corpora: dict[str, int], repeat: int, altk_python: str | None, stages: bool,
-                baseline: str | None = None) -> None:
+def _end_to_end(
+    corpora: dict[str, int], repeat: int, altk_python: str | None, stages: bool, baseline: str | None = None
+) -> None:
     """`reflection check --static-only` against ALTK on each corpus, legs alternated in one run."""
     import _bfcl_corpus
 
@@ -651,17 +828,36 @@ def _end_to_end(corpora: dict[str, int], repeat: int, altk_python: str | None, s
         for prefix, leg_env in (("", env), ("baseline: ", before)):
             if leg_env is None:
                 continue
-            legs[name].update({
-                f"{prefix}reflection check, full rows, --workers 1": ([*cli, "--workers", "1", str(path), "-o", out], leg_env),
-                f"{prefix}reflection check, full rows (default: {workers} workers)": ([*cli, str(path), "-o", out], leg_env),
-                f"{prefix}reflection check --flat --workers 1": ([*cli, "--flat", "--workers", "1", str(path), "-o", out],
-                                                                 leg_env),
-                f"{prefix}reflection check --flat --workers 2": ([*cli, "--flat", "--workers", "2", str(path), "-o", out],
-                                                                 leg_env),
-            })
+            legs[name].update(
+                {
+                    f"{prefix}reflection check, full rows, --workers 1": (
+                        [*cli, "--workers", "1", str(path), "-o", out],
+                        leg_env,
+                    ),
+                    f"{prefix}reflection check, full rows (default: {workers} workers)": (
+                        [*cli, str(path), "-o", out],
+                        leg_env,
+                    ),
+                    f"{prefix}reflection check --flat --workers 1": (
+                        [*cli, "--flat", "--workers", "1", str(path), "-o", out],
+                        leg_env,
+                    ),
+                    f"{prefix}reflection check --flat --workers 2": (
+                        [*cli, "--flat", "--workers", "2", str(path), "-o", out],
+                        leg_env,
+                    ),
+                }
+            )
         if altk_python:
-            legs[name][_ALTK_LEG] = ([altk_python, str(Path(__file__).with_name("_altk_leg.py")), str(altk_path),
-                                     str(work / "altk_out.jsonl")], env)
+            legs[name][_ALTK_LEG] = (
+                [
+                    altk_python,
+                    str(Path(__file__).with_name("_altk_leg.py")),
+                    str(altk_path),
+                    str(work / "altk_out.jsonl"),
+                ],
+                env,
+            )
     best: dict[str, dict[str, tuple[float, float]]] = {name: {} for name in files}
     altk_stats: dict[str, dict[str, Any]] = {}
     split: dict[str, list[dict[str, Any]]] = {name: [] for name in files}
@@ -679,22 +875,34 @@ def _end_to_end(corpora: dict[str, int], repeat: int, altk_python: str | None, s
                 split[name].append(_stage_split(path, env))
     startups = [_timed([*cli, str(empty), "-o", out], env)[:2] for _ in range(repeat)]
     startup, startup_cpu = min(wall for wall, _ in startups), min(cpu for _, cpu in startups)
-    print(f"\nreflection check --static-only start-up on an empty file: {startup * 1000:.0f} ms, "
-          f"{startup_cpu * 1000:.0f} ms CPU (included below)")
+    print(
+        f"\nreflection check --static-only start-up on an empty file: {startup * 1000:.0f} ms, "
+        f"{startup_cpu * 1000:.0f} ms CPU (included below)"
+    )
     for name, (path, _, n, altk_rows) in files.items():
-        title = ("BFCL-derived corpus (one spec format per list, about half the calls wrong, the question as history)"
-                 if name == "BFCL" else "mixed corpus (five spec formats in each list, 1-10 tools, a conversation "
-                 "per row, most calls wrong)")
-        print(f"\n== {title}: {n:,} rows with unique ids ({path.stat().st_size / n:.0f} bytes mean), "
-              f"{_corpus_summary(path)}; bfcl-eval {_bfcl_corpus.BFCL_VERSION}; ALTK takes {altk_rows:,} of them "
-              "(OpenAI shape, JSON Schema types)")
+        title = (
+            "BFCL-derived corpus (one spec format per list, about half the calls wrong, the question as history)"
+            if name == "BFCL"
+            else "mixed corpus (five spec formats in each list, 1-10 tools, a conversation per row, most calls wrong)"
+        )
+        print(
+            f"\n== {title}: {n:,} rows with unique ids ({path.stat().st_size / n:.0f} bytes mean), "
+            f"{_corpus_summary(path)}; bfcl-eval {_bfcl_corpus.BFCL_VERSION}; ALTK takes {altk_rows:,} of them "
+            "(OpenAI shape, JSON Schema types)"
+        )
         _report(best[name], altk_stats.get(name), path, n, altk_rows, startup_cpu)
         if split[name]:
             _print_split(split[name])
 
 
-def _report(best: dict[str, tuple[float, float]], altk_stats: dict[str, Any] | None, path: Path, n: int,
-            altk_rows: int, startup_cpu: float) -> None:
+def _report(
+    best: dict[str, tuple[float, float]],
+    altk_stats: dict[str, Any] | None,
+    path: Path,
+    n: int,
+    altk_rows: int,
+    startup_cpu: float,
+) -> None:
     for label, (rate, cpu) in best.items():
         print(f"{label:<42} {rate:>10,.0f} rows/s  ({1e6 / rate:.1f} us/row wall; child CPU {cpu:.1f} s)")
     p50, p99 = _api_percentiles(path)
@@ -705,19 +913,29 @@ def _report(best: dict[str, tuple[float, float]], altk_stats: dict[str, Any] | N
     if altk is None or altk_stats is None:
         print("ALTK: skipped (pass --altk-python or set ALTK_PYTHON; see benchmarks/README.md)")
         return
-    print(f"ALTK evaluate_static per call in file order: p50 {altk_stats['p50_us']:.1f} us, "
-          f"p99 {altk_stats['p99_us']:.1f} us")
-    ratios = "; ".join(f"{re.sub('reflection check,? ?', '', label)} {rate / altk[0]:.2f}x"
-                       for label, (rate, _) in best.items() if label != _ALTK_LEG)
+    print(
+        f"ALTK evaluate_static per call in file order: p50 {altk_stats['p50_us']:.1f} us, "
+        f"p99 {altk_stats['p99_us']:.1f} us"
+    )
+    ratios = "; ".join(
+        f"{re.sub('reflection check,? ?', '', label)} {rate / altk[0]:.2f}x"
+        for label, (rate, _) in best.items()
+        if label != _ALTK_LEG
+    )
     print(f"ratio vs ALTK: {ratios} (targets: full rows, default >= 1.5x mixed, >= 2x BFCL; --flat, 2 workers >= 2.5x)")
-    print(f"ratio vs ALTK: Draft7 per call {draft7 / altk[0]:.2f}x; API p99 {p99:.0f} us vs ALTK's "
-          f"{altk_stats['p99_us']:.0f} us")
+    print(
+        f"ratio vs ALTK: Draft7 per call {draft7 / altk[0]:.2f}x; API p99 {p99:.0f} us vs ALTK's "
+        f"{altk_stats['p99_us']:.0f} us"
+    )
     # CPU hardly moves with a busy neighbour, unlike wall-clock rates: the ratio to trust on a
     # shared machine. reflection's: every process of the leg less the start-up; ALTK's: its loop.
     altk_cpu = altk_stats["cpu_seconds"] / altk_rows * 1e6
-    cpu = "; ".join(f"{re.sub('reflection check,? ?', '', label)} {(cpu - startup_cpu) / n * 1e6:.0f} us "
-                    f"({altk_cpu / ((cpu - startup_cpu) / n * 1e6):.2f}x)"
-                    for label, (_, cpu) in best.items() if label != _ALTK_LEG)
+    cpu = "; ".join(
+        f"{re.sub('reflection check,? ?', '', label)} {(cpu - startup_cpu) / n * 1e6:.0f} us "
+        f"({altk_cpu / ((cpu - startup_cpu) / n * 1e6):.2f}x)"
+        for label, (_, cpu) in best.items()
+        if label != _ALTK_LEG
+    )
     print(f"CPU per row, all processes, start-up aside (ratio vs ALTK's {altk_cpu:.0f} us): {cpu}")
 
 
@@ -725,8 +943,9 @@ def _print_split(runs: list[dict[str, Any]]) -> None:
     """The stage split of `_stages.py`, each stage's lowest over the runs (noise only adds)."""
     import _stages
 
-    print("CPU per row by stage, one process, cold caches (us; lowest of "
-          f"{len(runs)} run{'s' if len(runs) > 1 else ''}):")
+    print(
+        f"CPU per row by stage, one process, cold caches (us; lowest of {len(runs)} run{'s' if len(runs) > 1 else ''}):"
+    )
     kinds = ("valid", "invalid")
     rows = {kind: runs[0][kind]["rows"] for kind in kinds}
     print(f"  {'stage':<26}" + "".join(f"{f'{kind} ({rows[kind]:,})':>18}" for kind in kinds))

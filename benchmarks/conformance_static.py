@@ -65,8 +65,22 @@ def suite_dir() -> Path:
     if (target / "json" / "tests").is_dir():
         return target / "json"
     _CACHE.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-                    "-d", str(_CACHE), f"jsonschema=={release}"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "-d",
+            str(_CACHE),
+            f"jsonschema=={release}",
+        ],
+        check=True,
+    )
     with tarfile.open(_CACHE / f"jsonschema-{release}.tar.gz") as archive:
         members = [m for m in archive.getmembers() if m.name.startswith(f"jsonschema-{release}/json/")]
         archive.extractall(_CACHE, members, filter="data")
@@ -80,8 +94,14 @@ def cases(tests: Path, draft: str) -> Iterator[tuple[str, str, Any, str, dict[st
         for group in json.loads(path.read_text()):
             for test in group["tests"]:
                 if isinstance(test["data"], dict):
-                    yield (str(path.relative_to(folder)), group["description"], group["schema"],
-                           test["description"], test["data"], test["valid"])
+                    yield (
+                        str(path.relative_to(folder)),
+                        group["description"],
+                        group["schema"],
+                        test["description"],
+                        test["data"],
+                        test["valid"],
+                    )
 
 
 def remotes(root: Path, draft: str) -> referencing.Registry:
@@ -141,25 +161,37 @@ def run(root: Path, draft: str, declare: bool, show: bool) -> dict[str, Any]:
             continue
         failing = [name for name, check in result.checks.items() if not check.passed]
         flagged = [f.actual for f in result.checks["non_existent_parameter"].findings]
-        if (valid and failing == ["non_existent_parameter"]
-                and not any(_mentions(schema, name) for name in flagged)):
+        if valid and failing == ["non_existent_parameter"] and not any(_mentions(schema, name) for name in flagged):
             counts["unknown-name rule"] += 1
             bucket = "unknown-name rule"
         else:
             counts["other"] += 1
             bucket = "other"
         if show:
-            listed.append(f"  [{bucket}] {file}: {group} / {test}: suite says {'valid' if valid else 'invalid'}, "
-                          f"reflection fails {failing or 'nothing'}: "
-                          + "; ".join(f.message[:160] for f in result.findings()[:2]))
+            listed.append(
+                f"  [{bucket}] {file}: {group} / {test}: suite says {'valid' if valid else 'invalid'}, "
+                f"reflection fails {failing or 'nothing'}: " + "; ".join(f.message[:160] for f in result.findings()[:2])
+            )
     return {"counts": counts, "listed": listed}
 
 
 SUBSET = {
-    "draft2020-12": ["ref.json", "dynamicRef.json", "required.json", "dependentRequired.json", "dependentSchemas.json",
-                     "allOf.json", "oneOf.json", "not.json", "propertyNames.json", "minProperties.json",
-                     "optional/id.json", "optional/anchor.json", "optional/dependencies-compatibility.json",
-                     "optional/refOfUnknownKeyword.json"],
+    "draft2020-12": [
+        "ref.json",
+        "dynamicRef.json",
+        "required.json",
+        "dependentRequired.json",
+        "dependentSchemas.json",
+        "allOf.json",
+        "oneOf.json",
+        "not.json",
+        "propertyNames.json",
+        "minProperties.json",
+        "optional/id.json",
+        "optional/anchor.json",
+        "optional/dependencies-compatibility.json",
+        "optional/refOfUnknownKeyword.json",
+    ],
     "draft7": ["ref.json", "items.json", "additionalItems.json", "definitions.json", "dependencies.json"],
 }
 
@@ -175,15 +207,22 @@ def write_subset(root: Path, path: Path) -> None:
             parameters = {"$schema": _DRAFT7, **schema} if draft == "draft7" and "$schema" not in schema else schema
             result = check_call({"name": "t", "arguments": instance}, [{"name": "t", "parameters": parameters}])
             flagged = [f.actual for f in result.checks["non_existent_parameter"].findings]
-            rule = (valid and [n for n, c in result.checks.items() if not c.passed] == ["non_existent_parameter"]
-                    and not any(_mentions(schema, name) for name in flagged))
-            entry = groups.setdefault((draft, file, group), {"draft": draft, "file": file, "group": group,
-                                                             "schema": parameters, "tests": []})
+            rule = (
+                valid
+                and [n for n, c in result.checks.items() if not c.passed] == ["non_existent_parameter"]
+                and not any(_mentions(schema, name) for name in flagged)
+            )
+            entry = groups.setdefault(
+                (draft, file, group), {"draft": draft, "file": file, "group": group, "schema": parameters, "tests": []}
+            )
             entry["tests"].append({"test": test, "data": instance, "valid": valid, "unknown_name_rule": rule})
     licence = (root / "LICENSE").read_text()
-    header = {"source": f"JSON-Schema-Test-Suite, from the jsonschema {version('jsonschema')} sdist on PyPI: "
-                        "the object-instance tests of the files listed; draft-7 schemas declare $schema",
-              "files": SUBSET, "license": licence}
+    header = {
+        "source": f"JSON-Schema-Test-Suite, from the jsonschema {version('jsonschema')} sdist on PyPI: "
+        "the object-instance tests of the files listed; draft-7 schemas declare $schema",
+        "files": SUBSET,
+        "license": licence,
+    }
     lines = [json.dumps(header)] + [json.dumps(g, ensure_ascii=False) for g in groups.values()]
     path.write_text("\n".join(lines) + "\n")
     print(f"wrote {sum(len(g['tests']) for g in groups.values())} tests in {len(groups)} groups to {path}")
@@ -200,20 +239,28 @@ def main() -> None:
         write_subset(root, args.write_subset)
         return
     print(f"suite: {root} (object instances, core and optional)")
-    for draft, declare, label in [("draft2020-12", False, "draft 2020-12"),
-                                  ("draft7", True, "draft 7, declared"),
-                                  ("draft7", False, "draft 7, undeclared")]:
+    for draft, declare, label in [
+        ("draft2020-12", False, "draft 2020-12"),
+        ("draft7", True, "draft 7, declared"),
+        ("draft7", False, "draft 7, undeclared"),
+    ]:
         out = run(root, draft, declare, args.list)
         c = out["counts"]
         compared, rule = c["compared"], c["unknown-name rule"]
         judged = compared - rule
-        print(f"{label:<20} {c['object tests']} object tests, {c['left out: needs a remote document']} left out "
-              f"(remote document); {compared} compared")
-        print(f"{'':<20} reflection agrees on {c['agree']}/{compared} ({c['agree'] / compared:.1%}); "
-              f"unknown-name rule excluded ({rule} tests): {c['agree']}/{judged} ({c['agree'] / judged:.1%}); "
-              f"other disagreements: {c['other']}")
-        print(f"{'':<20} reference jsonschema agrees on {c['reference agrees']}/{compared} "
-              f"({c['reference agrees'] / compared:.1%})")
+        print(
+            f"{label:<20} {c['object tests']} object tests, {c['left out: needs a remote document']} left out "
+            f"(remote document); {compared} compared"
+        )
+        print(
+            f"{'':<20} reflection agrees on {c['agree']}/{compared} ({c['agree'] / compared:.1%}); "
+            f"unknown-name rule excluded ({rule} tests): {c['agree']}/{judged} ({c['agree'] / judged:.1%}); "
+            f"other disagreements: {c['other']}"
+        )
+        print(
+            f"{'':<20} reference jsonschema agrees on {c['reference agrees']}/{compared} "
+            f"({c['reference agrees'] / compared:.1%})"
+        )
         for line in out["listed"]:
             print(line)
 

@@ -57,14 +57,18 @@ def _closest_name(name: str, candidates: tuple[str, ...]) -> str | None:
     for candidate in candidates:
         matcher.set_seq1(candidate.lower())
         # The cheap upper bounds first, as difflib.get_close_matches does.
-        if (matcher.real_quick_ratio() >= NAME_CUTOFF and matcher.quick_ratio() >= NAME_CUTOFF
-                and matcher.ratio() >= NAME_CUTOFF):
+        if (
+            matcher.real_quick_ratio() >= NAME_CUTOFF
+            and matcher.quick_ratio() >= NAME_CUTOFF
+            and matcher.ratio() >= NAME_CUTOFF
+        ):
             close.append(candidate)
     return close[0] if len(close) == 1 else None
 
 
-def suggest_correction(call: ToolCall, failures: dict[str, list[Any]],
-                       evaluate: Callable[[ToolCall], dict[str, list[Any]]]) -> tuple[ToolCall | None, list[str]]:
+def suggest_correction(
+    call: ToolCall, failures: dict[str, list[Any]], evaluate: Callable[[ToolCall], dict[str, list[Any]]]
+) -> tuple[ToolCall | None, list[str]]:
     """A corrected call that passes `evaluate` (the same checker), with notes on what changed.
 
     `failures` maps each failing check to its issues (objects with `check`, `segments`,

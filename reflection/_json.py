@@ -23,6 +23,7 @@ _INT_LIMIT = re.compile(r"value has (\d+) digits")
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
+
 _SCALARS = (str, int, bool, type(None))
 
 
@@ -70,8 +71,9 @@ def _exact(raw: bytes, orjson_error: str | None) -> Any:
     except ValueError as exc:
         digits = _INT_LIMIT.search(str(exc))
         if digits:
-            raise ValueError(f"an integer with {digits.group(1)} digits: more than the {MAX_INT_DIGITS} digits "
-                             "that can be read") from None
+            raise ValueError(
+                f"an integer with {digits.group(1)} digits: more than the {MAX_INT_DIGITS} digits that can be read"
+            ) from None
         raise ValueError(orjson_error or str(exc)) from None
     if orjson_error is not None and has_non_finite(value):
         raise ValueError(orjson_error)  # a float out of range (1e400), not a long integer
@@ -111,8 +113,10 @@ def parse_json_keeping(text: bytes, keep: Container[str], deep: Container[str] =
     except ValueError:  # a member orjson rejects: report it where it is in the whole text
         return parse_json(text)
     try:  # a member too deep for the parsers: once more, keeping those named in `deep` as text
-        return {key: bytes(raw) if key in keep or (key in deep and _too_deep_member(raw)) else parse_json(raw)
-                for key, raw in members.items()}
+        return {
+            key: bytes(raw) if key in keep or (key in deep and _too_deep_member(raw)) else parse_json(raw)
+            for key, raw in members.items()
+        }
     except ValueError:
         return parse_json(text)
 
@@ -159,22 +163,22 @@ def _split_members(text: bytes) -> dict[str, bytes]:
             if depth == 1 and key is None:
                 key = match.group()
         elif first in b"[{":
-            if depth == 0 and (first != 0x7B or text[:match.start()].strip()):
+            if depth == 0 and (first != 0x7B or text[: match.start()].strip()):
                 raise _too_deep()
             depth += 1
         elif first in b"]}":
             depth -= 1
             if depth == 0:
                 if key is not None:
-                    members[_key(key)] = text[start:match.start()]
-                if text[match.end():].strip():
+                    members[_key(key)] = text[start : match.start()]
+                if text[match.end() :].strip():
                     raise _too_deep()
                 return members
         elif depth == 1:
             if first == 0x3A and key is not None and start < 0:  # ':'
                 start = match.end()
             elif first == 0x2C and key is not None and start >= 0:  # ','
-                members[_key(key)] = text[start:match.start()]
+                members[_key(key)] = text[start : match.start()]
                 key, start = None, -1
             else:
                 raise _too_deep()
@@ -331,8 +335,10 @@ def _walk(value: Any) -> Any:
         path, node, depth = stack.pop()
         yield path, node, depth
         if isinstance(node, dict):
-            stack.extend((f"{path}.{key}" if isinstance(key, str) else path, item, depth + 1)
-                         for key, item in reversed(node.items()))
+            stack.extend(
+                (f"{path}.{key}" if isinstance(key, str) else path, item, depth + 1)
+                for key, item in reversed(node.items())
+            )
         elif isinstance(node, (list, tuple)):
             stack.extend((f"{path}[{i}]", item, depth + 1) for i, item in reversed(list(enumerate(node))))
 
@@ -366,7 +372,9 @@ def value_problem(value: Any) -> str | None:
                 if isinstance(key, str) and has_lone_surrogate(key):
                     return f"a lone surrogate in a key at {printable(path)} (not valid Unicode text)"
         if isinstance(node, int) and not _NEG_BIG < node < _BIG:
-            return f"an integer at {printable(path)} with more than {MAX_INT_DIGITS} digits (too long to convert to text)"
+            return (
+                f"an integer at {printable(path)} with more than {MAX_INT_DIGITS} digits (too long to convert to text)"
+            )
     return None
 
 
@@ -449,4 +457,3 @@ def json_type(value: Any) -> str:
     if isinstance(value, dict):
         return "object"
     return type(value).__name__
-

@@ -8,8 +8,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 
-def lazy_attributes(package: str, homes: Mapping[str, str],
-                    names: Iterable[str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_attributes(
+    package: str, homes: Mapping[str, str], names: Iterable[str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """`__getattr__` and `__dir__` for `package`: each name in `homes` is imported from its
     module the first time it is looked up, then stored on the package (later lookups are plain
     attribute reads); `dir()` lists `names` too. Use:

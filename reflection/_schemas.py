@@ -40,40 +40,141 @@ _DRAFTS = {
     "https://json-schema.org/draft/2019-09/schema": DRAFT2019,
     "https://json-schema.org/draft/2020-12/schema": DRAFT2020,
 }
-_METASCHEMAS = frozenset({*_DRAFTS, *(f"https://json-schema.org/draft/{d}/meta/{v}" for d in ("2019-09", "2020-12") for v in (
-    "core", "applicator", "validation", "meta-data", "format", "format-annotation", "format-assertion", "content",
-    "unevaluated"))})
-_KEYWORDS = frozenset({
-    "$anchor", "$comment", "$defs", "$dynamicAnchor", "$dynamicRef", "$id", "$recursiveAnchor", "$recursiveRef",
-    "$ref", "$schema", "$vocabulary", "additionalItems", "additionalProperties", "allOf", "anyOf", "const",
-    "contains", "contentEncoding", "contentMediaType", "contentSchema", "default", "definitions", "dependencies",
-    "dependentRequired", "dependentSchemas", "deprecated", "description", "else", "enum", "examples",
-    "exclusiveMaximum", "exclusiveMinimum", "format", "id", "if", "items", "maxContains", "maxItems", "maxLength",
-    "maxProperties", "maximum", "minContains", "minItems", "minLength", "minProperties", "minimum", "multipleOf",
-    "not", "oneOf", "pattern", "patternProperties", "prefixItems", "properties", "propertyNames", "readOnly",
-    "required", "then", "title", "type", "unevaluatedItems", "unevaluatedProperties", "uniqueItems", "writeOnly"})
+_METASCHEMAS = frozenset(
+    {
+        *_DRAFTS,
+        *(
+            f"https://json-schema.org/draft/{d}/meta/{v}"
+            for d in ("2019-09", "2020-12")
+            for v in (
+                "core",
+                "applicator",
+                "validation",
+                "meta-data",
+                "format",
+                "format-annotation",
+                "format-assertion",
+                "content",
+                "unevaluated",
+            )
+        ),
+    }
+)
+_KEYWORDS = frozenset(
+    {
+        "$anchor",
+        "$comment",
+        "$defs",
+        "$dynamicAnchor",
+        "$dynamicRef",
+        "$id",
+        "$recursiveAnchor",
+        "$recursiveRef",
+        "$ref",
+        "$schema",
+        "$vocabulary",
+        "additionalItems",
+        "additionalProperties",
+        "allOf",
+        "anyOf",
+        "const",
+        "contains",
+        "contentEncoding",
+        "contentMediaType",
+        "contentSchema",
+        "default",
+        "definitions",
+        "dependencies",
+        "dependentRequired",
+        "dependentSchemas",
+        "deprecated",
+        "description",
+        "else",
+        "enum",
+        "examples",
+        "exclusiveMaximum",
+        "exclusiveMinimum",
+        "format",
+        "id",
+        "if",
+        "items",
+        "maxContains",
+        "maxItems",
+        "maxLength",
+        "maxProperties",
+        "maximum",
+        "minContains",
+        "minItems",
+        "minLength",
+        "minProperties",
+        "minimum",
+        "multipleOf",
+        "not",
+        "oneOf",
+        "pattern",
+        "patternProperties",
+        "prefixItems",
+        "properties",
+        "propertyNames",
+        "readOnly",
+        "required",
+        "then",
+        "title",
+        "type",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+        "uniqueItems",
+        "writeOnly",
+    }
+)
 """The property names the metaschemas define (none forbids others): what a `$ref` to one defines."""
 
 _DRAFT7_ONLY = ("additionalItems", "definitions", "dependencies")
-_MODERN_ONLY = frozenset({"$defs", "prefixItems", "dependentRequired", "dependentSchemas", "unevaluatedProperties",
-                          "unevaluatedItems", "$anchor", "$dynamicRef", "$dynamicAnchor", "$recursiveRef",
-                          "$recursiveAnchor", "minContains", "maxContains"})
+_MODERN_ONLY = frozenset(
+    {
+        "$defs",
+        "prefixItems",
+        "dependentRequired",
+        "dependentSchemas",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+        "$anchor",
+        "$dynamicRef",
+        "$dynamicAnchor",
+        "$recursiveRef",
+        "$recursiveAnchor",
+        "minContains",
+        "maxContains",
+    }
+)
 
 # Where subschemas sit, by keyword: in place (applied to the same value), on an object's members,
 # on an array's items, or held (applied only where referred to). "one" holds a subschema, "list"
 # a list of them, "map" an object of them.
 _PLACE, _PROPERTY, _MEMBER, _ITEM, _ITEM_EXTRA, _HELD = range(6)
 _ROLES: dict[str, tuple[int, str]] = {
-    "not": (_PLACE, "one"), "if": (_PLACE, "one"), "then": (_PLACE, "one"), "else": (_PLACE, "one"),
-    "allOf": (_PLACE, "list"), "anyOf": (_PLACE, "list"), "oneOf": (_PLACE, "list"),
-    "dependentSchemas": (_PLACE, "map"), "dependencies": (_PLACE, "map"),  # `dependencies`: its schema values
-    "properties": (_PROPERTY, "map"), "patternProperties": (_MEMBER, "map"),
-    "additionalProperties": (_MEMBER, "one"), "unevaluatedProperties": (_MEMBER, "one"),
+    "not": (_PLACE, "one"),
+    "if": (_PLACE, "one"),
+    "then": (_PLACE, "one"),
+    "else": (_PLACE, "one"),
+    "allOf": (_PLACE, "list"),
+    "anyOf": (_PLACE, "list"),
+    "oneOf": (_PLACE, "list"),
+    "dependentSchemas": (_PLACE, "map"),
+    "dependencies": (_PLACE, "map"),  # `dependencies`: its schema values
+    "properties": (_PROPERTY, "map"),
+    "patternProperties": (_MEMBER, "map"),
+    "additionalProperties": (_MEMBER, "one"),
+    "unevaluatedProperties": (_MEMBER, "one"),
     "propertyNames": (_MEMBER, "one"),
-    "items": (_ITEM, "one"), "prefixItems": (_ITEM, "list"),  # `items` may be a list (draft 7)
-    "additionalItems": (_ITEM_EXTRA, "one"), "unevaluatedItems": (_ITEM_EXTRA, "one"),
+    "items": (_ITEM, "one"),
+    "prefixItems": (_ITEM, "list"),  # `items` may be a list (draft 7)
+    "additionalItems": (_ITEM_EXTRA, "one"),
+    "unevaluatedItems": (_ITEM_EXTRA, "one"),
     "contains": (_ITEM_EXTRA, "one"),
-    "$defs": (_HELD, "map"), "definitions": (_HELD, "map"), "contentSchema": (_HELD, "one"),
+    "$defs": (_HELD, "map"),
+    "definitions": (_HELD, "map"),
+    "contentSchema": (_HELD, "one"),
 }
 _IN_PLACE_ONE = ("not", "if", "then", "else")
 _IN_PLACE_MANY = ("allOf", "anyOf", "oneOf")
@@ -149,8 +250,10 @@ def draft_of(schema: dict[str, Any], hint: bytes | None = None) -> str:
         return declared
     if isinstance(schema.get("$schema"), str):
         return DRAFT2020  # an unknown metaschema: the validator decides; names read as 2020-12
-    if hint is not None and not any(k in hint for k in (b'"items":[', b'"additionalItems"', b'"definitions"',
-                                                       b'"dependencies"', b'json-schema.org/draft-0')):
+    if hint is not None and not any(
+        k in hint
+        for k in (b'"items":[', b'"additionalItems"', b'"definitions"', b'"dependencies"', b"json-schema.org/draft-0")
+    ):
         return DRAFT2020
     old = modern = False
     for node in _walk(schema):
@@ -437,7 +540,6 @@ class _Node:
     """Subschemas each of which may apply to the same array item."""
 
 
-
 def expansion(root: dict[str, Any], draft: str, document: Document | None) -> tuple[int, str | None]:
     """(the most subschema evaluations one place of a value may need, capped at
     MAX_EXPANSION + 1; where an in-place cycle runs, or None).
@@ -462,14 +564,18 @@ def expansion(root: dict[str, Any], draft: str, document: Document | None) -> tu
     here = [0] * len(graph)
     for i in order:  # depth 0: the subschemas evaluated on the value itself
         entry = graph[i]
-        here[i] = min(cap, 1 + sum(here[j] for j in entry.place)
-                      + sum(max(here[j] for j in choice) for choice in entry.choices))
+        here[i] = min(
+            cap, 1 + sum(here[j] for j in entry.place) + sum(max(here[j] for j in choice) for choice in entry.choices)
+        )
     # Deeper, only subschemas that reach a member subschema in place can count anything.
     reaches = [False] * len(graph)
     for i in order:
         entry = graph[i]
-        reaches[i] = bool(entry.properties or entry.members or entry.items or entry.item_extras) or any(
-            reaches[j] for j in entry.place) or any(reaches[j] for choice in entry.choices for j in choice)
+        reaches[i] = (
+            bool(entry.properties or entry.members or entry.items or entry.item_extras)
+            or any(reaches[j] for j in entry.place)
+            or any(reaches[j] for choice in entry.choices for j in choice)
+        )
     steps = [(i, graph[i]) for i in order if reaches[i]]
     worst = here[0]
     below = here
@@ -484,8 +590,12 @@ def expansion(root: dict[str, Any], draft: str, document: Document | None) -> tu
             on_object = max((below[j] for j in entry.properties), default=0) + sum(below[j] for j in entry.members)
             on_array = max((below[j] for j in entry.items), default=0) + sum(below[j] for j in entry.item_extras)
             for level, down in ((objects, on_object), (arrays, on_array)):
-                level[i] = min(cap, down + sum(level[j] for j in entry.place)
-                               + sum(max(level[j] for j in choice) for choice in entry.choices))
+                level[i] = min(
+                    cap,
+                    down
+                    + sum(level[j] for j in entry.place)
+                    + sum(max(level[j] for j in choice) for choice in entry.choices),
+                )
         level = [max(a, b) for a, b in zip(objects, arrays, strict=True)]
         worst = max(worst, level[0])
         key = tuple(level)
@@ -620,7 +730,7 @@ def _in_place_order(graph: list[_Node]) -> tuple[list[int], list[int] | None]:
             if state[target] == 1:
                 if dynamic:
                     continue
-                return [], [*chain[chain.index(target):], target]
+                return [], [*chain[chain.index(target) :], target]
             if state[target] == 0:
                 state[target] = 1
                 chain.append(target)

@@ -32,8 +32,18 @@ import unicodedata
 from typing import Any, Literal
 
 __all__ = [
-    "CONTROL_CHARACTERS", "ELLIPSIS", "FEEDBACK_LIMIT", "LONE_SURROGATE", "NAME_LIMIT", "has_lone_surrogate",
-    "plain_line", "printable", "prompt_safe", "quoted", "shorten", "terminal_safe",
+    "CONTROL_CHARACTERS",
+    "ELLIPSIS",
+    "FEEDBACK_LIMIT",
+    "LONE_SURROGATE",
+    "NAME_LIMIT",
+    "has_lone_surrogate",
+    "plain_line",
+    "printable",
+    "prompt_safe",
+    "quoted",
+    "shorten",
+    "terminal_safe",
 ]
 
 ELLIPSIS = "…"
@@ -91,8 +101,13 @@ def terminal_safe(text: object, *, one_line: bool = False, collapse: bool = Fals
     return safe if limit is None else shorten(safe, limit)
 
 
-def quoted(value: Any, limit: int = NAME_LIMIT, *, style: Literal["plain", "escaped", "json"] = "plain",
-           empty: str = "(no name)") -> str:
+def quoted(
+    value: Any,
+    limit: int = NAME_LIMIT,
+    *,
+    style: Literal["plain", "escaped", "json"] = "plain",
+    empty: str = "(no name)",
+) -> str:
     """`str(value)` (a model- or tool-supplied name or value) as one bounded JSON string
     literal: it reads as data in feedback, notes and logs, never as an instruction.
 
@@ -125,4 +140,3 @@ def prompt_safe(text: str) -> str:
     """JSON text escaped for a prompt's `<data>` block: `&`, `<` and `>` as JSON's `\\u0026`,
     `\\u003c` and `\\u003e`, so the data still reads the same and cannot close its delimiters."""
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
-

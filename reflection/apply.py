@@ -61,15 +61,19 @@ def runs_as_proposed_tool(decision: Decision, name: str) -> bool:
     return decision.result.static.correction.name == name
 
 
-def apply_decision(decision: Decision, proposed: Any = None, *, tool: str | None = None, corrects: bool = True,
-                   renames: bool = True) -> Applied:
+def apply_decision(
+    decision: Decision, proposed: Any = None, *, tool: str | None = None, corrects: bool = True, renames: bool = True
+) -> Applied:
     """What runs for `decision` on the call `proposed`. `corrects`: the caller can run a corrected
     call (else a `modify` runs nothing); `renames`: it can run another tool than `tool`, the one
     proposed (else a correction naming another tool runs nothing)."""
     action = decision.action
     if action == "allow":
         return Applied(decision, "proposed", proposed)
-    if action == "modify" and corrects and (renames or runs_as_proposed_tool(
-            decision, decision.tool if tool is None else tool)):
+    if (
+        action == "modify"
+        and corrects
+        and (renames or runs_as_proposed_tool(decision, decision.tool if tool is None else tool))
+    ):
         return Applied(decision, "corrected", decision.call)
     return Applied(decision, "nothing", None, reask=action == "reflect", escalate=action == "escalate")

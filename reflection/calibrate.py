@@ -114,8 +114,9 @@ def read_labeled(path: str | Path) -> list[LabeledRow]:
             problems.append(f"{where} (id {rid!r}): {problem}")
             continue
         valid, checks = label
-        rows.append(LabeledRow(rid, {"id": rid, "call": row.call, "tools": row.tools, "history": row.history},
-                               valid, checks))
+        rows.append(
+            LabeledRow(rid, {"id": rid, "call": row.call, "tools": row.tools, "history": row.history}, valid, checks)
+        )
     if problems:
         shown = problems[:_MAX_PROBLEMS]
         more = f"\n... and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
@@ -130,19 +131,19 @@ def _read_label(label: Any) -> tuple[tuple[bool, dict[str, bool]], str | None]:
     nothing: tuple[bool, dict[str, bool]] = (False, {})
     example = '"label": {"valid": false, "checks": {"general_hallucination_check": false}}'
     if not isinstance(label, Mapping):
-        return nothing, f"no \"label\" object; add e.g. {example}"
+        return nothing, f'no "label" object; add e.g. {example}'
     valid = label.get("valid")
     if not isinstance(valid, bool):
-        return nothing, f"\"label.valid\" must be true or false, got {shorten(repr(valid), 40, ellipsis='...')}"
+        return nothing, f'"label.valid" must be true or false, got {shorten(repr(valid), 40, ellipsis="...")}'
     checks = label.get("checks", {})
     if not isinstance(checks, Mapping):
-        return nothing, "\"label.checks\" must be an object mapping check names to true (passes) or false"
+        return nothing, '"label.checks" must be an object mapping check names to true (passes) or false'
     unknown = sorted(str(name) for name in checks if name not in _KNOWN_CHECKS)
     if unknown:
-        return nothing, f"unknown check(s) {unknown} in \"label.checks\"; known: {sorted(_KNOWN_CHECKS)}"
+        return nothing, f'unknown check(s) {unknown} in "label.checks"; known: {sorted(_KNOWN_CHECKS)}'
     bad = sorted(name for name, value in checks.items() if not isinstance(value, bool))
     if bad:
-        return nothing, f"\"label.checks\" values must be true or false, not for {bad}"
+        return nothing, f'"label.checks" values must be true or false, not for {bad}'
     failing = sorted(name for name, value in checks.items() if value is False)
     if valid and failing:
         return nothing, f"labelled valid but with failing check(s) {failing}; a valid call passes every check"
@@ -183,8 +184,9 @@ async def observe(
 
     by_id = {row.id: row for row in rows}
     found: dict[str, Observation] = {}
-    async for out in reflect_dataset([row.row for row in rows], config=config, cache=cache,
-                                     concurrency=concurrency, http_client=http_client):
+    async for out in reflect_dataset(
+        [row.row for row in rows], config=config, cache=cache, concurrency=concurrency, http_client=http_client
+    ):
         found[out["id"]] = _observation(by_id[out["id"]], out)
     return [found[row.id] for row in rows]
 
@@ -202,8 +204,13 @@ def _observation(row: LabeledRow, out: Mapping[str, Any]) -> Observation:
             elif check.get("score") is not None:
                 scores.setdefault(name, []).append((int(check["score"]), float(check.get("confidence") or 0.0)))
     requests = int((out.get("usage") or {}).get("requests") or 0)
-    return Observation(row=row, static_passed=static, scores={k: tuple(v) for k, v in scores.items()},
-                       judge_errors=frozenset(errors), judge_requests=requests)
+    return Observation(
+        row=row,
+        static_passed=static,
+        scores={k: tuple(v) for k, v in scores.items()},
+        judge_errors=frozenset(errors),
+        judge_requests=requests,
+    )
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -268,9 +275,15 @@ class SweepRow(_Model):
     @classmethod
     def of(cls, threshold: int, cutoff: float, confusion: Confusion) -> SweepRow:
         """A sweep row from a confusion matrix."""
-        return cls(threshold=threshold, confidence_cutoff=cutoff, **confusion.model_dump(),
-                   precision=confusion.precision, recall=confusion.recall,
-                   false_block_rate=confusion.false_block_rate, f1=round(confusion.f1, 4))
+        return cls(
+            threshold=threshold,
+            confidence_cutoff=cutoff,
+            **confusion.model_dump(),
+            precision=confusion.precision,
+            recall=confusion.recall,
+            false_block_rate=confusion.false_block_rate,
+            f1=round(confusion.f1, 4),
+        )
 
 
 class MetricCalibration(_Model):
@@ -295,8 +308,14 @@ class MetricCalibration(_Model):
     @classmethod
     def of(cls, confusion: Confusion, sweep: Iterable[SweepRow] = (), suggested: Any = None) -> MetricCalibration:
         """Build it from the counts under the current config."""
-        return cls(precision=confusion.precision, recall=confusion.recall, false_block_rate=confusion.false_block_rate,
-                   confusion=confusion, sweep=tuple(sweep), suggested_threshold=suggested)
+        return cls(
+            precision=confusion.precision,
+            recall=confusion.recall,
+            false_block_rate=confusion.false_block_rate,
+            confusion=confusion,
+            sweep=tuple(sweep),
+            suggested_threshold=suggested,
+        )
 
 
 class CalibrationReport(_Model):
@@ -392,12 +411,17 @@ class _Masks:
 
     def check(self, name: str, threshold: int, cutoff: float) -> Confusion:
         """A judge check's own counts, over the rows labelled for it that the judge answered."""
-        return _confusion(self.block.get((name, threshold, cutoff), 0), self.label.get(name, 0) & self.scored[name],
-                          self.label_invalid.get(name, 0))
+        return _confusion(
+            self.block.get((name, threshold, cutoff), 0),
+            self.label.get(name, 0) & self.scored[name],
+            self.label_invalid.get(name, 0),
+        )
 
     def static(self, name: str) -> Confusion:
         """A static check's counts over the rows labelled for it."""
-        return _confusion(self.static_failed[name], self.label.get(name, 0) & self.rows, self.label_invalid.get(name, 0))
+        return _confusion(
+            self.static_failed[name], self.label.get(name, 0) & self.rows, self.label_invalid.get(name, 0)
+        )
 
     def overall(self, thresholds: Mapping[str, int], cutoff: float) -> Confusion:
         """`overall_valid`'s counts: blocked when static fails or any judge check blocks; a row
@@ -415,8 +439,12 @@ def _confusion(blocked: int, among: int, invalid: int) -> Confusion:
     blocked &= among
     invalid &= among
     valid = among & ~invalid
-    return Confusion(tp=(blocked & invalid).bit_count(), fp=(blocked & valid).bit_count(),
-                     tn=(valid & ~blocked).bit_count(), fn=(invalid & ~blocked).bit_count())
+    return Confusion(
+        tp=(blocked & invalid).bit_count(),
+        fp=(blocked & valid).bit_count(),
+        tn=(valid & ~blocked).bit_count(),
+        fn=(invalid & ~blocked).bit_count(),
+    )
 
 
 # --- choosing -------------------------------------------------------------------------------
@@ -436,8 +464,9 @@ def _best_threshold(masks: _Masks, name: str, cutoff: float, target: float | Non
     return max(THRESHOLDS, key=lambda t: (_rank(masks.check(name, t, cutoff), target), -abs(t - current)))
 
 
-def _suggest(masks: _Masks, current: Mapping[str, int], labelled: Sequence[str], target: float | None,
-             current_cutoff: float) -> tuple[dict[str, int], float]:
+def _suggest(
+    masks: _Masks, current: Mapping[str, int], labelled: Sequence[str], target: float | None, current_cutoff: float
+) -> tuple[dict[str, int], float]:
     """Per cut-off: each labelled judge check's best threshold on its own labels; with a target,
     then lower thresholds (the check whose step down drops the most false blocks first) until
     `overall_valid` meets it. Then the cut-off whose `overall_valid` ranks best."""
@@ -490,14 +519,27 @@ def calibrate(
     at_suggestion = masks.overall(thresholds, cutoff)
 
     metrics: dict[str, MetricCalibration] = {}
-    overall_sweep = [SweepRow.of(t, c, masks.overall(dict.fromkeys(judge_checks, t), c))
-                     for c, t in itertools.product(masks.cutoffs, THRESHOLDS)] if judge_checks else []
+    overall_sweep = (
+        [
+            SweepRow.of(t, c, masks.overall(dict.fromkeys(judge_checks, t), c))
+            for c, t in itertools.product(masks.cutoffs, THRESHOLDS)
+        ]
+        if judge_checks
+        else []
+    )
     fbr = at_suggestion.false_block_rate
     metrics["overall_valid"] = MetricCalibration.of(
-        masks.overall(current, current_cutoff), overall_sweep,
-        {"thresholds": thresholds, "uncertain_below": cutoff or None, "target": max_false_block,
-         "precision": at_suggestion.precision, "recall": at_suggestion.recall, "false_block_rate": fbr,
-         "met_target": max_false_block is None or (fbr or 0.0) <= max_false_block + 1e-12},
+        masks.overall(current, current_cutoff),
+        overall_sweep,
+        {
+            "thresholds": thresholds,
+            "uncertain_below": cutoff or None,
+            "target": max_false_block,
+            "precision": at_suggestion.precision,
+            "recall": at_suggestion.recall,
+            "false_block_rate": fbr,
+            "met_target": max_false_block is None or (fbr or 0.0) <= max_false_block + 1e-12,
+        },
     )
     for name in STATIC_CHECKS:
         if name in named and masks.label.get(name, 0) & masks.rows:
@@ -512,9 +554,14 @@ def calibrate(
         if count:
             excluded[f"judge_error:{name}"] = count
     return CalibrationReport(
-        metrics=metrics, thresholds={name: thresholds[name] for name in judge_checks}, uncertain_below=cutoff or None,
-        target=max_false_block, config_thresholds=current, config_uncertain_below=current_cutoff or None,
-        rows=len(observations), excluded=excluded,
+        metrics=metrics,
+        thresholds={name: thresholds[name] for name in judge_checks},
+        uncertain_below=cutoff or None,
+        target=max_false_block,
+        config_thresholds=current,
+        config_uncertain_below=current_cutoff or None,
+        rows=len(observations),
+        excluded=excluded,
         judge_requests=sum(obs.judge_requests for obs in observations),
     )
 
@@ -525,18 +572,36 @@ def calibrate(
 # Each line has its own colour, line style and marker, and is slightly transparent, so lines
 # that coincide (precision and recall are often equal) stay visible one over the other.
 _LINES: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("precision", {"color": "#0969da", "linestyle": "-", "marker": "o", "markersize": 8, "linewidth": 2.2,
-                   "zorder": 3}),
-    ("recall", {"color": "#cf222e", "linestyle": "--", "marker": "s", "markersize": 6, "linewidth": 1.8, "zorder": 4,
-                "markerfacecolor": "none", "markeredgewidth": 1.6}),
-    ("false-block rate", {"color": "#bf8700", "linestyle": ":", "marker": "^", "markersize": 6, "linewidth": 1.8,
-                          "zorder": 5}),
+    (
+        "precision",
+        {"color": "#0969da", "linestyle": "-", "marker": "o", "markersize": 8, "linewidth": 2.2, "zorder": 3},
+    ),
+    (
+        "recall",
+        {
+            "color": "#cf222e",
+            "linestyle": "--",
+            "marker": "s",
+            "markersize": 6,
+            "linewidth": 1.8,
+            "zorder": 4,
+            "markerfacecolor": "none",
+            "markeredgewidth": 1.6,
+        },
+    ),
+    (
+        "false-block rate",
+        {"color": "#bf8700", "linestyle": ":", "marker": "^", "markersize": 6, "linewidth": 1.8, "zorder": 5},
+    ),
 )
 _ALPHA = 0.8
 UNDEFINED_LABEL = "precision undefined (nothing blocked)"
 """The legend label of the bands where precision has no value: no call was blocked."""
-_NEVER_DEFINED = {"precision": "nothing blocked at any threshold", "recall": "no invalid call labelled",
-                  "false-block rate": "no valid call labelled"}
+_NEVER_DEFINED = {
+    "precision": "nothing blocked at any threshold",
+    "recall": "no invalid call labelled",
+    "false-block rate": "no valid call labelled",
+}
 
 
 def calibration_figures(report: CalibrationReport) -> dict[str, Any]:
@@ -558,17 +623,32 @@ def calibration_figures(report: CalibrationReport) -> dict[str, Any]:
         figure = Figure(figsize=(5.6, 4.2), dpi=100, layout="constrained")
         axes = figure.add_subplot()
         xs = [row.threshold for row in rows]
-        values = {"precision": [row.precision for row in rows], "recall": [row.recall for row in rows],
-                  "false-block rate": [row.false_block_rate for row in rows]}
+        values = {
+            "precision": [row.precision for row in rows],
+            "recall": [row.recall for row in rows],
+            "false-block rate": [row.false_block_rate for row in rows],
+        }
         for label, style in _LINES:
             if all(v is None for v in values[label]):  # nothing to draw: say why instead of a bare legend entry
                 label = f"{label}: undefined ({_NEVER_DEFINED[label]})"
-            axes.plot(xs, [math.nan if v is None else v for v in values[label.split(":")[0]]], label=label,
-                      alpha=_ALPHA, **style)
+            axes.plot(
+                xs,
+                [math.nan if v is None else v for v in values[label.split(":")[0]]],
+                label=label,
+                alpha=_ALPHA,
+                **style,
+            )
         undefined = [x for x, v in zip(xs, values["precision"], strict=True) if v is None]
         for i, x in enumerate(undefined):
-            axes.axvspan(x - 0.4, x + 0.4, color="#8c959f", alpha=0.15, hatch="//", linewidth=0,
-                         label=UNDEFINED_LABEL if i == 0 else None)
+            axes.axvspan(
+                x - 0.4,
+                x + 0.4,
+                color="#8c959f",
+                alpha=0.15,
+                hatch="//",
+                linewidth=0,
+                label=UNDEFINED_LABEL if i == 0 else None,
+            )
         for x, label in _suggested_lines(name, metric.suggested_threshold):
             axes.axvline(x, color="#1f2328", linestyle=(0, (1, 2)), linewidth=1.4, zorder=2, label=label)
         axes.set_xticks(list(THRESHOLDS))
@@ -581,8 +661,9 @@ def calibration_figures(report: CalibrationReport) -> dict[str, Any]:
         handles, labels = axes.get_legend_handles_labels()
         labels = [textwrap.fill(label, 48) for label in labels]
         columns = 1 if max(map(len, labels)) > 40 else 2
-        axes.legend(handles, labels, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False,
-                    ncol=columns)
+        axes.legend(
+            handles, labels, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False, ncol=columns
+        )
         # A taller figure for a longer legend, so the plot itself keeps its height.
         legend_lines = sum(label.count("\n") + 1 for label in labels) / columns
         figure.set_size_inches(5.6, 3.3 + 0.15 * legend_lines)
@@ -629,8 +710,10 @@ def print_table(report: CalibrationReport, console: Any) -> None:
     from rich.table import Table
 
     goal = f"false blocks <= {report.target}" if report.target is not None else "best F1"
-    table = Table(title=f"{report.rows} labelled rows (invalid = positive); threshold now -> suggested for {goal}",
-                  title_justify="left")
+    table = Table(
+        title=f"{report.rows} labelled rows (invalid = positive); threshold now -> suggested for {goal}",
+        title_justify="left",
+    )
     for column in ("metric", "tp", "fp", "tn", "fn", "precision", "recall", "false-block", "threshold"):
         table.add_column(column, justify="left" if column == "metric" else "right", no_wrap=True)
     for name, metric in report.metrics.items():
@@ -642,10 +725,18 @@ def print_table(report: CalibrationReport, console: Any) -> None:
             change = "snippet below"
         else:
             change = "(static)"
-        table.add_row(name, str(c.tp), str(c.fp), str(c.tn), str(c.fn), _num(metric.precision),
-                      _num(metric.recall), _num(metric.false_block_rate), change)
+        table.add_row(
+            name,
+            str(c.tp),
+            str(c.fp),
+            str(c.tn),
+            str(c.fn),
+            _num(metric.precision),
+            _num(metric.recall),
+            _num(metric.false_block_rate),
+            change,
+        )
     console.print(table, markup=False, highlight=False)
-
 
 
 def write_text(path: Path, text: str) -> None:

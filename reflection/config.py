@@ -86,8 +86,10 @@ class TenantConfig(BaseModel):
                 inherited = base.upstream.model_dump() if base.upstream is not None else {}
                 merged = {**inherited, **self.upstream}
                 if "base_url" not in merged:
-                    raise ValueError(f"service.tenants.{name}.upstream: base_url is required (there is no top-level "
-                                     "upstream to take it from)")
+                    raise ValueError(
+                        f"service.tenants.{name}.upstream: base_url is required (there is no top-level "
+                        "upstream to take it from)"
+                    )
                 update["upstream"] = UpstreamConfig.model_validate(merged)
         return base.model_copy(update=update)
 
@@ -154,12 +156,15 @@ class ServiceConfig(BaseModel):
     def _tenant_names(cls, value: dict[str, TenantConfig]) -> dict[str, TenantConfig]:
         for name in value:
             if name == DEFAULT_TENANT:
-                raise ValueError(f"the tenant name {DEFAULT_TENANT!r} is the tenant of service.api_keys; "
-                                 "choose another name")
+                raise ValueError(
+                    f"the tenant name {DEFAULT_TENANT!r} is the tenant of service.api_keys; choose another name"
+                )
             if not _TENANT_NAME.fullmatch(name):
                 # Names become metric labels and log fields: keep them plain.
-                raise ValueError(f"tenant name {name[:80]!r}: use 1 to 63 letters, digits, '_', '.' or '-', "
-                                 "starting with a letter or digit")
+                raise ValueError(
+                    f"tenant name {name[:80]!r}: use 1 to 63 letters, digits, '_', '.' or '-', "
+                    "starting with a letter or digit"
+                )
         return value
 
     @model_validator(mode="after")
@@ -172,8 +177,11 @@ class ServiceConfig(BaseModel):
             secret = key.get_secret_value()
             first = owner.get(secret)
             if first is not None:
-                where = (f"twice in {_key_list(name)}" if first == name
-                         else f"in both {_key_list(first)} and {_key_list(name)}")
+                where = (
+                    f"twice in {_key_list(name)}"
+                    if first == name
+                    else f"in both {_key_list(first)} and {_key_list(name)}"
+                )
                 raise ValueError(f"an API key is listed {where}; a key belongs to exactly one tenant")
             owner[secret] = name
         return self
@@ -221,8 +229,11 @@ class UpstreamConfig(BaseModel):
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 """The default longest dataset line read (64 MiB)."""
 
-DEFAULT_SCORE_THRESHOLDS: dict[str, float] = {"response_exact_match": 0.0, "response_rouge_l": 0.5,
-                                               "response_meteor": 0.5}
+DEFAULT_SCORE_THRESHOLDS: dict[str, float] = {
+    "response_exact_match": 0.0,
+    "response_rouge_l": 0.5,
+    "response_meteor": 0.5,
+}
 """`reflection score`'s report: a row fails a text metric below these (0-1). ROUGE-L and METEOR
 measure word overlap, so a right answer in other words scores well below 1 (0.5, as DeepEval's
 metrics default to); exact match is shown but fails no row (0: off), since ROUGE-L
@@ -272,7 +283,8 @@ class GatePolicy(BaseModel):
     deadline_ms: float | None = Field(default=None, gt=0)
     """Upper bound on one decision's wait for the judge; past it the judge counts as failed."""
     on_judge_failure: dict[RiskTier, Literal["allow", "deny", "escalate"]] = Field(
-        default_factory=_fail_open_on_low_risk)
+        default_factory=_fail_open_on_low_risk
+    )
     """Per risk tier, the action when the judge fails, times out or is uncertain:
     `allow` fails open, `deny` or `escalate` fail closed."""
     cache_size: int = Field(default=1024, ge=0)
@@ -357,8 +369,11 @@ class ReflectionConfig(BaseSettings):
     def _reask_aliases(self) -> ReflectionConfig:
         # `upstream.max_reflect_rounds` / `reflect_fallback` set and the `gate:` key not: the gate takes them.
         if self.upstream is not None:
-            update = {key: getattr(self.upstream, key) for key in REASK_ALIASES
-                      if key in self.upstream.model_fields_set and key not in self.gate.model_fields_set}
+            update = {
+                key: getattr(self.upstream, key)
+                for key in REASK_ALIASES
+                if key in self.upstream.model_fields_set and key not in self.gate.model_fields_set
+            }
             if update:
                 object.__setattr__(self, "gate", self.gate.model_copy(update=update))
         return self

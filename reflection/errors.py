@@ -173,9 +173,11 @@ class NotAResultRow(ReflectionError, ValueError):
         self.row = row
         looks = " (it has the members of an input row)" if _INPUT_MEMBERS & set(row) else ""
         where = f"{path} is not a reflection result file: its" if path is not None else "this is not a result row: the"
-        super().__init__(f"{where} row {terminal_safe(str(row.get('id')), one_line=True)[:80]!r} has no \"overall_valid\"{looks}; "
-                         "report on the output of `reflection batch` or `reflection check`, e.g. "
-                         "`reflection batch DATASET -o results.jsonl` then `reflection report results.jsonl`")
+        super().__init__(
+            f'{where} row {terminal_safe(str(row.get("id")), one_line=True)[:80]!r} has no "overall_valid"{looks}; '
+            "report on the output of `reflection batch` or `reflection check`, e.g. "
+            "`reflection batch DATASET -o results.jsonl` then `reflection report results.jsonl`"
+        )
 
 
 _INPUT_MEMBERS = {"call", "tool_calls", "tools", "history"}

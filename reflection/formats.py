@@ -47,21 +47,40 @@ _TYPE_NAMES: dict[str, str | None] = {
 }
 _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _SUBSCHEMA = (
-    "items", "additionalItems", "additionalProperties", "contains", "not", "if", "then", "else",
-    "propertyNames", "unevaluatedItems", "unevaluatedProperties",
+    "items",
+    "additionalItems",
+    "additionalProperties",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
 )
 _SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
 _MAP, _ONE, _LIST = 1, 2, 4
 _NESTING: dict[str, int] = {
-    name: (_MAP if name in _SUBSCHEMA_MAPS else 0) | (_ONE if name in _SUBSCHEMA else 0)
-    | (_LIST if name in _SUBSCHEMA_LISTS else 0) for name in (*_SUBSCHEMA_MAPS, *_SUBSCHEMA, *_SUBSCHEMA_LISTS)}
+    name: (_MAP if name in _SUBSCHEMA_MAPS else 0)
+    | (_ONE if name in _SUBSCHEMA else 0)
+    | (_LIST if name in _SUBSCHEMA_LISTS else 0)
+    for name in (*_SUBSCHEMA_MAPS, *_SUBSCHEMA, *_SUBSCHEMA_LISTS)
+}
 """Keyword -> how its value nests schemas: a map of them, one, or a list ("items": one or a list)."""
 _EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
 
 def _kind(value: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-            type(None): "null", int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+    return {
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+        int: "a number",
+        float: "a number",
+    }.get(type(value), type(value).__name__)
 
 
 # --- tool specs --------------------------------------------------------------------------
@@ -106,8 +125,9 @@ def _text_inventory(raw: str | bytes) -> ToolInventory:
     except JSONTooDeep as exc:
         return ToolInventory(problems=(SpecProblem(index=0, name=None, message=f"tool specs cannot be read: {exc}"),))
     except ValueError as exc:
-        return ToolInventory(problems=(SpecProblem(
-            index=0, name=None, message=f"tool specs are not valid JSON: {printable(str(exc))}"),))
+        return ToolInventory(
+            problems=(SpecProblem(index=0, name=None, message=f"tool specs are not valid JSON: {printable(str(exc))}"),)
+        )
     return _normalize_json(value, require_json_like(value, "tools"))
 
 
@@ -125,8 +145,14 @@ def _spec_inventory(tools: tuple[ToolSpec, ...], problems: tuple[SpecProblem, ..
     for index, tool in enumerate(tools):
         if not _plain_text(tool):
             name = tool.name if printable(tool.name) is tool.name else None
-            found.append(SpecProblem(index=index, name=name, message=f"tool spec #{index} cannot be used: a lone "
-                                     "surrogate in its name or description (not valid Unicode text)"))
+            found.append(
+                SpecProblem(
+                    index=index,
+                    name=name,
+                    message=f"tool spec #{index} cannot be used: a lone "
+                    "surrogate in its name or description (not valid Unicode text)",
+                )
+            )
     return ToolInventory(tools=tuple(filter(_plain_text, tools)), problems=tuple(found))
 
 
@@ -210,8 +236,13 @@ def _normalize_tools_uncached(raw: Any, *, sound: bool = True) -> ToolInventory:
         if isinstance(spec, SpecProblem):
             problems.append(spec)
         elif spec.name in seen:
-            problems.append(SpecProblem(index=index, name=spec.name,
-                                        message=f"tool {spec.name!r} is defined more than once; the first definition is used"))
+            problems.append(
+                SpecProblem(
+                    index=index,
+                    name=spec.name,
+                    message=f"tool {spec.name!r} is defined more than once; the first definition is used",
+                )
+            )
         else:
             seen.add(spec.name)
             tools.append(spec)
@@ -226,8 +257,12 @@ def _hosted_tool(item: Any) -> bool:
     against: the Responses API's `{"type": "web_search"}`, `file_search`, `custom` (a grammar),
     Anthropic's `{"type": "web_search_20250305", "name": "web_search"}` or `bash_20250124`. Not a
     spec: a call naming one is checked as a call to a tool the specs do not hold."""
-    return (isinstance(item, dict) and isinstance(item.get("type"), str) and item["type"] != "function"
-            and not any(key in item for key in _SCHEMA_KEYS))
+    return (
+        isinstance(item, dict)
+        and isinstance(item.get("type"), str)
+        and item["type"] != "function"
+        and not any(key in item for key in _SCHEMA_KEYS)
+    )
 
 
 def _unusable_tool(item: Any, index: int, problem: str) -> SpecProblem:
@@ -255,14 +290,23 @@ def _normalize_tool(item: Any, index: int) -> ToolSpec | SpecProblem:
         fmt = "function"
     name = body.get("name")
     if not isinstance(name, str) or not name.strip():
-        return SpecProblem(index=index, name=None, message=f"tool spec #{index} has no name (expected a non-empty string under \"name\")")
+        return SpecProblem(
+            index=index, name=None, message=f'tool spec #{index} has no name (expected a non-empty string under "name")'
+        )
     description = body.get("description", "")
     if description is None:
         description = ""
     if not isinstance(description, str):
-        return SpecProblem(index=index, name=name, message=f"tool {name!r}: description must be a string, got {_kind(description)}")
-    key = {"openai": "parameters", "function": "parameters", "parameter_list": "parameters",
-           "anthropic": "input_schema", "mcp": "inputSchema"}[fmt]
+        return SpecProblem(
+            index=index, name=name, message=f"tool {name!r}: description must be a string, got {_kind(description)}"
+        )
+    key = {
+        "openai": "parameters",
+        "function": "parameters",
+        "parameter_list": "parameters",
+        "anthropic": "input_schema",
+        "mcp": "inputSchema",
+    }[fmt]
     schema = body.get(key)
     if fmt == "parameter_list" and isinstance(schema, list):  # always a list here: the format is read from it
         result = _parameter_list_schema(schema, name)
@@ -272,12 +316,18 @@ def _normalize_tool(item: Any, index: int) -> ToolSpec | SpecProblem:
     elif schema is None:
         schema = _EMPTY_PARAMETERS
     elif not isinstance(schema, dict):
-        return SpecProblem(index=index, name=name, message=f"tool {name!r}: {key} must be a JSON Schema object, got {_kind(schema)}")
+        return SpecProblem(
+            index=index, name=name, message=f"tool {name!r}: {key} must be a JSON Schema object, got {_kind(schema)}"
+        )
     else:
         schema = _map_type_names(schema)
         declared = schema.get("type")
         if declared is not None and declared != "object" and not (isinstance(declared, list) and "object" in declared):
-            return SpecProblem(index=index, name=name, message=f"tool {name!r}: {key} must describe an object (\"type\": \"object\"), got \"type\": {declared!r}")
+            return SpecProblem(
+                index=index,
+                name=name,
+                message=f'tool {name!r}: {key} must describe an object ("type": "object"), got "type": {declared!r}',
+            )
     return ToolSpec(name=name, description=description, parameters=schema, source_format=fmt)
 
 
@@ -286,7 +336,7 @@ def _parameter_list_schema(params: list[Any], tool: str) -> dict[str, Any] | str
     required: list[str] = []
     for i, param in enumerate(params):
         if not isinstance(param, dict) or not isinstance(param.get("name"), str) or not param["name"]:
-            return f"tool {tool!r}: parameter #{i} must be an object with a non-empty \"name\""
+            return f'tool {tool!r}: parameter #{i} must be an object with a non-empty "name"'
         prop = {k: v for k, v in param.items() if k not in ("name", "required")}
         properties[param["name"]] = _map_type_names(prop)
         if param.get("required") is True:
@@ -351,15 +401,21 @@ def checked_call(call: ToolCall, argument: str = "call") -> ToolCall:
     shape = require_json_like(call.arguments, argument) if call.arguments is not None else FINITE | SOUND
     problem = _call_problem(call, shape)
     if problem is not None:  # what cannot be checked or written out is left out, texts escaped
-        return call.model_copy(update={
-            "name": printable(call.name), "id": call.id and printable(call.id),
-            "raw_arguments": call.raw_arguments and printable(call.raw_arguments), "arguments": None,
-            "error": printable(call.error or problem)})
+        return call.model_copy(
+            update={
+                "name": printable(call.name),
+                "id": call.id and printable(call.id),
+                "raw_arguments": call.raw_arguments and printable(call.raw_arguments),
+                "arguments": None,
+                "error": printable(call.error or problem),
+            }
+        )
     if call.error is None and not call.name.strip():
         return call.model_copy(update={"error": "the tool call has no function name"})
     if call.error is None and not shape & FINITE:
-        return call.model_copy(update={
-            "arguments": None, "error": "arguments contain NaN or Infinity, which JSON cannot represent"})
+        return call.model_copy(
+            update={"arguments": None, "error": "arguments contain NaN or Infinity, which JSON cannot represent"}
+        )
     return call
 
 
@@ -429,22 +485,29 @@ def _normalize_call(raw: Any, shape: int) -> ToolCall:
     body = raw["function"] if isinstance(raw.get("function"), dict) else raw
     name = body.get("name")
     if not isinstance(name, str) or not name.strip():
-        return ToolCall(name="", id=call_id and printable(call_id),
-                        error="the tool call has no function name (expected a non-empty string under \"name\")")
+        return ToolCall(
+            name="",
+            id=call_id and printable(call_id),
+            error='the tool call has no function name (expected a non-empty string under "name")',
+        )
     if not shape & SOUND:  # text that cannot be written out stays out of the call, escaped
         if call_id is not None:
             call_id = printable(call_id)
         if value_problem(name):
-            return ToolCall(name=printable(name), id=call_id,
-                            error="the function name is not valid Unicode text (it has a lone surrogate)")
+            return ToolCall(
+                name=printable(name),
+                id=call_id,
+                error="the function name is not valid Unicode text (it has a lone surrogate)",
+            )
     for key in _ARGUMENT_KEYS:
         if key in body:
             break
     else:
         return _tool_call(shape, {"name": name, "id": call_id, "arguments": {}})
     arguments, raw_text, error = _read_arguments(body[key], shape)
-    return _tool_call(shape, {"name": name, "id": call_id, "arguments": arguments, "raw_arguments": raw_text,
-                              "error": error})
+    return _tool_call(
+        shape, {"name": name, "id": call_id, "arguments": arguments, "raw_arguments": raw_text, "error": error}
+    )
 
 
 def _tool_call(shape: int, fields: dict[str, Any]) -> ToolCall:
@@ -473,8 +536,11 @@ def _read_arguments(raw_args: Any, shape: int) -> tuple[dict[str, Any] | None, s
             return None, printable(raw_text), f"arguments are not valid JSON: {printable(str(exc))}"
         # Text that parse_json accepts holds no NaN, infinity, lone surrogate or over-long
         # integer; only its depth is left to tell, and only text with enough brackets can be deep.
-        deep = (len(raw_text) > 2 * MAX_DEPTH and raw_text.count("[") + raw_text.count("{") > MAX_DEPTH
-                and not require_json_like(raw_args, "call") & SOUND)
+        deep = (
+            len(raw_text) > 2 * MAX_DEPTH
+            and raw_text.count("[") + raw_text.count("{") > MAX_DEPTH
+            and not require_json_like(raw_args, "call") & SOUND
+        )
         shape = shape | FINITE | SOUND if not deep else (shape | FINITE) & ~SOUND
     if not isinstance(raw_args, dict):
         return None, raw_text, f"arguments must be a JSON object, got {_kind(raw_args)}"
@@ -541,17 +607,27 @@ def express_call(raw: Any, call: ToolCall) -> Any:
 def is_parallel(call: Any) -> bool:
     """Several calls in: several results out. A list, or an assistant message carrying
     `tool_calls` (OpenAI) or content blocks (Anthropic `tool_use`)."""
-    return isinstance(call, (list, tuple)) or (isinstance(call, Mapping) and (
-        isinstance(call.get("tool_calls"), list)
-        or (call.get("role") == "assistant" and isinstance(call.get("content"), list))))
+    return isinstance(call, (list, tuple)) or (
+        isinstance(call, Mapping)
+        and (
+            isinstance(call.get("tool_calls"), list)
+            or (call.get("role") == "assistant" and isinstance(call.get("content"), list))
+        )
+    )
 
 
 def answers_in_text(raw: Any) -> bool:
     """Whether `raw` is an assistant message that carries no tool call: no `tool_calls` (OpenAI),
     no `tool_use` content block (Anthropic). The model answered in text."""
-    return isinstance(raw, dict) and raw.get("role") == "assistant" and not raw.get("tool_calls") and not (
-        isinstance(raw.get("content"), list) and any(isinstance(b, dict) and b.get("type") == "tool_use"
-                                                     for b in raw["content"]))
+    return (
+        isinstance(raw, dict)
+        and raw.get("role") == "assistant"
+        and not raw.get("tool_calls")
+        and not (
+            isinstance(raw.get("content"), list)
+            and any(isinstance(b, dict) and b.get("type") == "tool_use" for b in raw["content"])
+        )
+    )
 
 
 def unwrap_tool_calls(raw: Any) -> Any:
@@ -570,8 +646,16 @@ def holds_messages(items: Any) -> bool:
 
 # --- history -------------------------------------------------------------------------------
 
-_ROLES = {"system": "system", "developer": "system", "user": "user", "human": "user",
-          "assistant": "assistant", "ai": "assistant", "tool": "tool", "function": "tool"}
+_ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "ai": "assistant",
+    "tool": "tool",
+    "function": "tool",
+}
 
 
 def normalize_history(raw: Any) -> History:
@@ -586,10 +670,15 @@ def normalize_history(raw: Any) -> History:
         if not any(found):
             return _without_own_words(raw)
         # Hand-built messages that cannot be checked or sent on are skipped, as read ones are.
-        return _without_own_words(History(
-            messages=tuple(m for m, problem in zip(raw.messages, found, strict=True) if problem is None),
-            problems=(*raw.problems, *(f"history message #{i} was skipped: {problem}"
-                                       for i, problem in enumerate(found) if problem))))
+        return _without_own_words(
+            History(
+                messages=tuple(m for m, problem in zip(raw.messages, found, strict=True) if problem is None),
+                problems=(
+                    *raw.problems,
+                    *(f"history message #{i} was skipped: {problem}" for i, problem in enumerate(found) if problem),
+                ),
+            )
+        )
     if isinstance(raw, bytes):  # JSON text (a dataset row's history too deep to parse with the row)
         try:
             raw = parse_json(raw)
@@ -605,7 +694,9 @@ def normalize_history(raw: Any) -> History:
         return History()
     if isinstance(raw, str):
         if not sound:
-            return History(problems=("the history was skipped: it is not valid Unicode text (it has a lone surrogate)",))
+            return History(
+                problems=("the history was skipped: it is not valid Unicode text (it has a lone surrogate)",)
+            )
         return History(messages=(build(role="user", content=raw),))
     items = raw if isinstance(raw, (list, tuple)) else [raw]
     messages: list[Message] = []
@@ -663,8 +754,9 @@ def _message_problem(message: Message) -> str | None:
     return None
 
 
-def _read_message(item: Any, index: int, tool_names: dict[str, str],
-                  build: Callable[..., Message]) -> list[Message] | str:
+def _read_message(
+    item: Any, index: int, tool_names: dict[str, str], build: Callable[..., Message]
+) -> list[Message] | str:
     if isinstance(item, str):
         return [build(role="user", content=item)]
     if not isinstance(item, dict):
@@ -692,8 +784,14 @@ def _read_message(item: Any, index: int, tool_names: dict[str, str],
                 calls.append(normalize_call(block))
             elif block.get("type") == "tool_result":
                 use_id = block.get("tool_use_id") if isinstance(block.get("tool_use_id"), str) else None
-                results.append(build(role="tool", content=_block_text(block.get("content")), tool_call_id=use_id,
-                                       name=tool_names.get(use_id or "")))
+                results.append(
+                    build(
+                        role="tool",
+                        content=_block_text(block.get("content")),
+                        tool_call_id=use_id,
+                        name=tool_names.get(use_id or ""),
+                    )
+                )
     elif content is not None:
         texts.append(str(content) if not isinstance(content, (dict, list)) else _block_text(content))
     if isinstance(item.get("tool_calls"), list):
@@ -702,9 +800,15 @@ def _read_message(item: Any, index: int, tool_names: dict[str, str],
     name = item.get("name") if isinstance(item.get("name"), str) else tool_names.get(tool_call_id or "")
     out: list[Message] = list(results)
     if texts or calls or not results:
-        out.append(build(role=role, content="\n".join(texts), tool_calls=tuple(calls),
-                           tool_call_id=tool_call_id if role == "tool" else None,
-                           name=name if role == "tool" else None))
+        out.append(
+            build(
+                role=role,
+                content="\n".join(texts),
+                tool_calls=tuple(calls),
+                tool_call_id=tool_call_id if role == "tool" else None,
+                name=name if role == "tool" else None,
+            )
+        )
     return out
 
 
@@ -719,8 +823,14 @@ def _responses_item(item: dict[str, Any], tool_names: dict[str, str], build: Cal
         return [build(role="assistant", content="", tool_calls=(normalize_call(item),))]
     if item["type"] == "function_call_output":
         call_id = item.get("call_id") if isinstance(item.get("call_id"), str) else None
-        return [build(role="tool", content=_block_text(item.get("output")), tool_call_id=call_id,
-                      name=tool_names.get(call_id or ""))]
+        return [
+            build(
+                role="tool",
+                content=_block_text(item.get("output")),
+                tool_call_id=call_id,
+                name=tool_names.get(call_id or ""),
+            )
+        ]
     return []
 
 
@@ -730,8 +840,12 @@ def _block_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = [b["text"] if isinstance(b, dict) and isinstance(b.get("text"), str) else
-                 (b if isinstance(b, str) else canonical_bytes(b).decode()) for b in content]
+        parts = [
+            b["text"]
+            if isinstance(b, dict) and isinstance(b.get("text"), str)
+            else (b if isinstance(b, str) else canonical_bytes(b).decode())
+            for b in content
+        ]
         return "\n".join(parts)
     return canonical_bytes(content).decode()
 
@@ -774,20 +888,41 @@ def message_calls(message: Mapping[str, Any]) -> list[Any] | None:
     return calls
 
 
-RESPONSES_PASSED = frozenset({
-    "message", "reasoning", "web_search_call", "file_search_call", "code_interpreter_call",
-    "image_generation_call", "mcp_list_tools", "mcp_call", "compaction",
-})
+RESPONSES_PASSED = frozenset(
+    {
+        "message",
+        "reasoning",
+        "web_search_call",
+        "file_search_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "mcp_list_tools",
+        "mcp_call",
+        "compaction",
+    }
+)
 """Responses API output items that are not calls to the client's tools: text, reasoning, and what
 the provider ran itself. `function_call` items are calls; any other type (a `custom_tool_call`,
 `local_shell_call`, `computer_call`, `mcp_approval_request`, or one newer than this list) is a
 call that cannot be checked."""
 
-ANTHROPIC_PASSED = frozenset({
-    "text", "thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result",
-    "code_execution_tool_result", "bash_code_execution_tool_result", "text_editor_code_execution_tool_result",
-    "mcp_tool_use", "mcp_tool_result", "container_upload", "citations",
-})
+ANTHROPIC_PASSED = frozenset(
+    {
+        "text",
+        "thinking",
+        "redacted_thinking",
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "mcp_tool_use",
+        "mcp_tool_result",
+        "container_upload",
+        "citations",
+    }
+)
 """Anthropic content blocks that are not calls to the client's tools: text, thinking, and what the
 provider ran itself. `tool_use` blocks are calls; any other type is a block that cannot be checked."""
 
@@ -804,8 +939,11 @@ def output_calls(output: list[Any]) -> tuple[list[Any], list[str], str | None]:
         elif kind not in RESPONSES_PASSED:
             removed.append(str(kind))
         elif kind == "message":
-            texts += [part["text"] for part in item.get("content") or () if isinstance(part, dict)
-                      and part.get("type") == "output_text" and isinstance(part.get("text"), str)]
+            texts += [
+                part["text"]
+                for part in item.get("content") or ()
+                if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str)
+            ]
     return calls, removed, "".join(texts) or None
 
 
@@ -831,8 +969,10 @@ def openai_corrected_call(corrected: Any, original: Any) -> dict[str, Any]:
     function = corrected.get("function", corrected) if isinstance(corrected, dict) else {}
     arguments = function.get("arguments", {})
     out = dict(original) if isinstance(original, dict) else {"type": "function"}
-    out["function"] = {"name": function.get("name"),
-                       "arguments": arguments if isinstance(arguments, str) else dumps(arguments)}
+    out["function"] = {
+        "name": function.get("name"),
+        "arguments": arguments if isinstance(arguments, str) else dumps(arguments),
+    }
     return out
 
 
@@ -878,7 +1018,13 @@ def mcp_call(params: Mapping[str, Any]) -> dict[str, Any]:
     return {"name": name if isinstance(name, str) else "", "arguments": arguments if arguments is not None else {}}
 
 
-def mcp_corrected_params(params: Mapping[str, Any], call: Mapping[str, Any], corrected: Mapping[str, Any]) -> dict[str, Any]:
+def mcp_corrected_params(
+    params: Mapping[str, Any], call: Mapping[str, Any], corrected: Mapping[str, Any]
+) -> dict[str, Any]:
     """`tools/call` `params` with the corrected call's name and arguments (those it lacks kept from
     `call`, the plain call `mcp_call` read); every other member (`_meta`, `task`...) kept."""
-    return {**params, "name": corrected.get("name", call["name"]), "arguments": corrected.get("arguments", call["arguments"])}
+    return {
+        **params,
+        "name": corrected.get("name", call["name"]),
+        "arguments": corrected.get("arguments", call["arguments"]),
+    }

@@ -130,8 +130,9 @@ class Gate:
         if self._owns_judge and self.judge is not None:
             _SyncRunner.run_once(self.judge.aclose())
 
-    async def check(self, call: Any, tools: Any, history: Any = None, *,
-                    started: float | None = None) -> Decision | list[Decision]:
+    async def check(
+        self, call: Any, tools: Any, history: Any = None, *, started: float | None = None
+    ) -> Decision | list[Decision]:
         """Decide on a proposed call. One call gives one `Decision`; several (a list, or an
         assistant message with `tool_calls` or `tool_use` blocks) give one per call, in order,
         each reflected with the others as context. Accepts every shape `reflect()` accepts.
@@ -177,16 +178,30 @@ class Gate:
 
     # --- one decision ------------------------------------------------------------------
 
-    async def _decide(self, raw: Any, calls: tuple[ToolCall, ...], index: int, inventory: ToolInventory,
-                      history: History, started: float) -> Decision:
+    async def _decide(
+        self,
+        raw: Any,
+        calls: tuple[ToolCall, ...],
+        index: int,
+        inventory: ToolInventory,
+        history: History,
+        started: float,
+    ) -> Decision:
         call = calls[index]
         with telemetry.gate_span(call.name) as span:
             decision = await self._decide_traced(raw, calls, index, inventory, history, started)
             telemetry.record_decision(span, decision)
             return decision
 
-    async def _decide_traced(self, raw: Any, calls: tuple[ToolCall, ...], index: int, inventory: ToolInventory,
-                             history: History, started: float) -> Decision:
+    async def _decide_traced(
+        self,
+        raw: Any,
+        calls: tuple[ToolCall, ...],
+        index: int,
+        inventory: ToolInventory,
+        history: History,
+        started: float,
+    ) -> Decision:
         policy = self.policy
         call = calls[index]
         rule = policy.rule_for(call.name)
@@ -196,8 +211,12 @@ class Gate:
         with telemetry.reflection_span(call.name, model) as span:
             base = self._reflector._static_stage(call, inventory, history)
             static = base["static"]
-            correctable = not static.valid and static.correction is not None and policy.apply_corrections \
+            correctable = (
+                not static.valid
+                and static.correction is not None
+                and policy.apply_corrections
                 and _applicable(call, static.correction, policy)
+            )
             # Rules and risk follow the call that would run: a rename the policy applies runs another tool.
             runs = static.correction.name if correctable and static.correction is not None else call.name
             if runs != call.name:
@@ -212,8 +231,14 @@ class Gate:
         action, reason = self._action(result, risk, correctable)
         return self._finish(action, raw, call, reason, result, started)
 
-    async def _ask_judge(self, base: dict[str, Any], inventory: ToolInventory, history: History,
-                         siblings: tuple[ToolCall, ...], started: float) -> ReflectionResult:
+    async def _ask_judge(
+        self,
+        base: dict[str, Any],
+        inventory: ToolInventory,
+        history: History,
+        siblings: tuple[ToolCall, ...],
+        started: float,
+    ) -> ReflectionResult:
         """The judge's verdict; past the policy's deadline, or when the endpoint cannot answer at
         all (`JudgeFatalError`: a rejected key, an unknown model, a refused connection), every
         check in `error` saying why, so the judge-failure policy decides instead of an exception."""
@@ -227,17 +252,23 @@ class Gate:
             key = f"fatal {fatal.status}"
             if key not in self._logged:  # once per gate: every later call would say the same
                 self._logged.add(key)
-                logger.error("%s; until it is fixed every judged decision falls back to the judge-failure policy%s",
-                             fatal, " (check the judge's API key, judge.api_key_env)" if fatal.status in (401, 403) else "")
+                logger.error(
+                    "%s; until it is fixed every judged decision falls back to the judge-failure policy%s",
+                    fatal,
+                    " (check the judge's API key, judge.api_key_env)" if fatal.status in (401, 403) else "",
+                )
             failed = JudgeError(str(fatal))
             failures = dict.fromkeys(assessable(self.config.checks, history), failed)
             return self._reflector._verdict(base, failures, JudgeUsage(), history)
         # Past the deadline. The requests already sent are not counted: their usage never arrived.
         late = JudgeError(f"{DEADLINE_PASSED} ({self.policy.deadline_ms:g} ms)")
-        return self._reflector._verdict(base, dict.fromkeys(assessable(self.config.checks, history), late), JudgeUsage(),
-                                        history)
+        return self._reflector._verdict(
+            base, dict.fromkeys(assessable(self.config.checks, history), late), JudgeUsage(), history
+        )
 
-    def _judge_skipped(self, rule: ToolRule | None, risk: RiskTier, base: dict[str, Any], correctable: bool) -> str | None:
+    def _judge_skipped(
+        self, rule: ToolRule | None, risk: RiskTier, base: dict[str, Any], correctable: bool
+    ) -> str | None:
         """Why the judge is not asked about this call, or None to ask it."""
         if self.judge is None or not self.config.checks:
             return NO_JUDGE
@@ -283,8 +314,9 @@ class Gate:
             return f"judge did not answer within the {self.policy.deadline_ms:g} ms deadline"
         return f"judge failed ({detail})"
 
-    def _finish(self, action: GateAction, raw: Any, call: ToolCall, reason: str,
-                result: ReflectionResult | None, started: float) -> Decision:
+    def _finish(
+        self, action: GateAction, raw: Any, call: ToolCall, reason: str, result: ReflectionResult | None, started: float
+    ) -> Decision:
         shadow_action: GateAction | None = None
         run = raw
         if action == "modify" and result is not None and result.static.correction is not None:
@@ -372,4 +404,3 @@ class _SyncRunner:
         thread = threading.Thread(target=asyncio.run, args=(coroutine,), name="reflection-gate-close")
         thread.start()
         thread.join()
-

@@ -232,8 +232,14 @@ class _Conversation:
         lo = self.starts[number]
         hi = self.starts[number + 1] - 1 if number + 1 < len(self.starts) else len(self.text)
         kind, index, message_index = self.messages[number]
-        out.append({"kind": kind, "index": index, "message_index": message_index,
-                    "quote": _quote(self.text, lo, hi, start, end)})
+        out.append(
+            {
+                "kind": kind,
+                "index": index,
+                "message_index": message_index,
+                "quote": _quote(self.text, lo, hi, start, end),
+            }
+        )
         return hi + 1
 
     def _next_message(self, number: int) -> int:
@@ -255,15 +261,18 @@ class _Conversation:
         return end
 
     @overload
-    def _marked_sources(self, literal: str | None, pattern: re.Pattern[str] | None,
-                        spans: Literal[False] = False) -> list[SourceData]: ...
+    def _marked_sources(
+        self, literal: str | None, pattern: re.Pattern[str] | None, spans: Literal[False] = False
+    ) -> list[SourceData]: ...
 
     @overload
-    def _marked_sources(self, literal: str | None, pattern: re.Pattern[str] | None,
-                        spans: Literal[True]) -> list[_Span]: ...
+    def _marked_sources(
+        self, literal: str | None, pattern: re.Pattern[str] | None, spans: Literal[True]
+    ) -> list[_Span]: ...
 
-    def _marked_sources(self, literal: str | None, pattern: re.Pattern[str] | None,
-                        spans: bool = False) -> list[SourceData] | list[_Span]:
+    def _marked_sources(
+        self, literal: str | None, pattern: re.Pattern[str] | None, spans: bool = False
+    ) -> list[SourceData] | list[_Span]:
         """`sources` (or, with `spans`, {"start", "end"} of each match) found in the marked copy
         of the conversation, by `literal` (a marked needle) or `pattern` (a number's)."""
         marked, marked_starts = self._marked_text()
@@ -416,20 +425,25 @@ def _number_forms(value: float) -> tuple[_Form, ...] | None:
     bodies = [(whole + tail, bool(fraction), True, len(whole) == 3)]
     if len(whole) > 3:
         head = len(whole) % 3 or 3
-        grouped = ",".join([whole[:head], *(whole[i:i + 3] for i in range(head, len(whole), 3))])
+        grouped = ",".join([whole[:head], *(whole[i : i + 3] for i in range(head, len(whole), 3))])
         bodies.append((grouped + tail, bool(fraction), True, False))
     if written:  # as serialisers write it: "1e-05", "1e+22"
-        bodies += [(written, False, False, False), *([(written.replace("e+", "e"), False, False, False)]
-                                                    if "e+" in written else [])]
+        bodies += [
+            (written, False, False, False),
+            *([(written.replace("e+", "e"), False, False, False)] if "e+" in written else []),
+        ]
     signs = ["", "-", "\u2212"] if zero else ["-", "\u2212"] if negative else [""]
-    return tuple(_Form(sign + body, bool(sign), has_fraction, zeros, group and not sign)
-                 for sign in signs for body, has_fraction, zeros, group in bodies)
+    return tuple(
+        _Form(sign + body, bool(sign), has_fraction, zeros, group and not sign)
+        for sign in signs
+        for body, has_fraction, zeros, group in bodies
+    )
 
 
 @lru_cache(maxsize=1024)
 def _marked_pattern(form: _Form) -> re.Pattern[str]:
     sign = form.literal[0] if form.negative else ""
-    body = form.literal[len(sign):]
+    body = form.literal[len(sign) :]
     mark = _mark(body)
     mark = sign + (mark[:-1] if form.fraction else mark)  # with a fraction, its zeros may follow
     escaped = re.escape(mark)
@@ -466,8 +480,9 @@ def _quote(text: str, lo: int, hi: int, start: int, end: int) -> str:
     return ("…" if left > lo else "") + text[left:right] + ("…" if right < hi else "")
 
 
-def _spec_sources(schema: dict[str, Any], schema_path: tuple[str, ...], value: Any,
-                  enums: dict[int, frozenset[Any]]) -> list[SourceData]:
+def _spec_sources(
+    schema: dict[str, Any], schema_path: tuple[str, ...], value: Any, enums: dict[int, frozenset[Any]]
+) -> list[SourceData]:
     """Where the spec names `value`: as the default or an enum member (`enums` caches each
     enum's members by the list's identity, for the other values of the same call)."""
     node: Any = schema
@@ -502,5 +517,10 @@ def _key(value: Any) -> tuple[Any, Any]:
 
 
 def _same(a: Any, b: Any) -> bool:
-    return (type(a) is type(b) and a == b) or (isinstance(a, (int, float)) and isinstance(b, (int, float))
-                                             and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
+    return (type(a) is type(b) and a == b) or (
+        isinstance(a, (int, float))
+        and isinstance(b, (int, float))
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+        and a == b
+    )

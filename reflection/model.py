@@ -249,10 +249,19 @@ class StaticResult(_Frozen):
             return trusted(cls, call=data["call"], checks=checks, warnings=data["warnings"])
         for name, check in data["checks"].items():
             if check is not CHECK_PASSED:
-                checks[name] = trusted(CheckResult, passed=check["passed"],
-                                       findings=tuple(trusted_from(Finding, f) for f in check["findings"]))
-        return trusted(cls, call=data["call"], checks=checks, warnings=data["warnings"],
-                       correction=data["correction"], correction_notes=data["correction_notes"])
+                checks[name] = trusted(
+                    CheckResult,
+                    passed=check["passed"],
+                    findings=tuple(trusted_from(Finding, f) for f in check["findings"]),
+                )
+        return trusted(
+            cls,
+            call=data["call"],
+            checks=checks,
+            warnings=data["warnings"],
+            correction=data["correction"],
+            correction_notes=data["correction_notes"],
+        )
 
     def findings(self) -> list[Finding]:
         """Every finding of every check, in check order."""
@@ -334,8 +343,12 @@ class ValueGrounding(_Frozen):
     def from_data(cls, data: GroundingData) -> ValueGrounding:
         """The grounding of one value from the checker's plain data (`grounding.ground`),
         built without validation (see `StaticResult.from_data`)."""
-        return trusted(cls, path=data["path"], value=data["value"],
-                       sources=tuple(trusted_from(ValueSource, source) for source in data["sources"]))
+        return trusted(
+            cls,
+            path=data["path"],
+            value=data["value"],
+            sources=tuple(trusted_from(ValueSource, source) for source in data["sources"]),
+        )
 
 
 class JudgeUsage(_Frozen):
@@ -379,11 +392,16 @@ class ReflectionResult(_Frozen):
         """The part of this result its flat keys are computed from, as plain data:
         `model_dump(mode="json", include=results.FLAT_FIELDS)`, built directly for a fraction
         of the dump's cost."""
-        return {"static": {"checks": {name: {"passed": check.passed}  # type: ignore[typeddict-item]
-                                      for name, check in self.static.checks.items()}},
-                "semantic": {name: {"status": check.status, "score": check.score}
-                             for name, check in self.semantic.items()},
-                "overall_valid": self.overall_valid}
+        return {
+            "static": {
+                "checks": {
+                    name: {"passed": check.passed}  # type: ignore[typeddict-item]
+                    for name, check in self.static.checks.items()
+                }
+            },
+            "semantic": {name: {"status": check.status, "score": check.score} for name, check in self.semantic.items()},
+            "overall_valid": self.overall_valid,
+        }
 
     def feedback(self, max_chars: int = 2000, action: Literal["reflect", "deny", "escalate"] = "reflect") -> str | None:
         """Plain text an agent's model can act on, or None when the call is valid.
@@ -415,22 +433,28 @@ class ReflectionResult(_Frozen):
             if semantic is None or semantic.status == "passed":
                 continue
             if semantic.status == "failed":
-                lines.append(f"- {check} (score {semantic.score}/5): {plain_line(semantic.explanation) or 'no explanation given'}")
+                lines.append(
+                    f"- {check} (score {semantic.score}/5): {plain_line(semantic.explanation) or 'no explanation given'}"
+                )
                 parameters = self._implicated(semantic)
                 if parameters:
                     lines.append(f"  parameters: {', '.join(parameters)}")
                 lines.extend(_correction_lines(semantic.correction))
             elif semantic.status == "uncertain":
-                lines.append(f"- {check} could not be confirmed (judge confidence {semantic.confidence}): "
-                             f"{plain_line(semantic.explanation) or 'no explanation given'}")
+                lines.append(
+                    f"- {check} could not be confirmed (judge confidence {semantic.confidence}): "
+                    f"{plain_line(semantic.explanation) or 'no explanation given'}"
+                )
             elif semantic.status == "error":
                 lines.append(f"- {check} could not be checked: {plain_line(semantic.error or 'the judge failed')}")
             elif semantic.status == "skipped":
                 lines.append(f"- {check} not assessed: {plain_line(semantic.explanation) or 'not assessable here'}")
         correction = self.static.correction
         if correction is not None:
-            lines.append(f"Suggested call (passes the static checks): {quoted(correction.name)} "
-                         f"{_plain_value(correction.arguments)}")
+            lines.append(
+                f"Suggested call (passes the static checks): {quoted(correction.name)} "
+                f"{_plain_value(correction.arguments)}"
+            )
         return shorten("\n".join(lines), max_chars)
 
     def _implicated(self, semantic: SemanticCheckResult) -> list[str]:
@@ -442,8 +466,15 @@ class ReflectionResult(_Frozen):
         for value in self.grounding:
             key = value.path.rsplit(".", 1)[-1].split("[", 1)[0]
             text = "" if isinstance(value.value, (dict, list)) else str(value.value).lower()
-            pointed = _mentions(said, key.lower()) or (len(text) >= 2 and _mentions(said, text)) or (
-                suggested is not None and key in suggested and suggested[key] != (self.call.arguments or {}).get(key))
+            pointed = (
+                _mentions(said, key.lower())
+                or (len(text) >= 2 and _mentions(said, text))
+                or (
+                    suggested is not None
+                    and key in suggested
+                    and suggested[key] != (self.call.arguments or {}).get(key)
+                )
+            )
             if not value.grounded:
                 out.append(f"{_path(value.path)} (value {_plain_value(value.value)} not found in the conversation)")
             elif pointed:
@@ -467,7 +498,7 @@ def _finding_text(finding: Finding) -> str:
     plain_path = plain_line(finding.path)
     shown = _path(finding.path)
     if message.startswith(plain_path):
-        return shown + message[len(plain_path):]
+        return shown + message[len(plain_path) :]
     return f"{shown}: {message}"
 
 

@@ -134,7 +134,9 @@ class Reflector:
         async def run(i: int, row: Mapping[str, Any] | Sequence[Any]) -> None:
             async with limiter:
                 if isinstance(row, Mapping):
-                    results[i] = await self.reflect(row.get("call", row.get("tool_calls")), row.get("tools"), row.get("history"))
+                    results[i] = await self.reflect(
+                        row.get("call", row.get("tool_calls")), row.get("tools"), row.get("history")
+                    )
                 else:
                     results[i] = await self.reflect(*row)
 
@@ -155,7 +157,9 @@ class Reflector:
         with telemetry.reflection_span(call.name, self.judge.config.model if self.judge else None) as span:
             base = self._static_stage(call, inventory, history)
             if self.judge is None or not self.config.checks:
-                result = ReflectionResult(**base, judge_skipped=NO_JUDGE, overall_valid=overall_valid(base["static"], {}))
+                result = ReflectionResult(
+                    **base, judge_skipped=NO_JUDGE, overall_valid=overall_valid(base["static"], {})
+                )
             elif not base["static"].valid and not self.config.continue_on_static:
                 result = ReflectionResult(**base, judge_skipped=STATIC_FAILED, overall_valid=False)
             else:
@@ -167,9 +171,12 @@ class Reflector:
         """The judge-free part of a reflection (`core_data`): static checks, grounding and
         warnings, as `ReflectionResult` fields (the gate decides on them whether to ask the judge)."""
         core = core_data(call, inventory, history)
-        return {"call": call, "static": StaticResult.from_data(core["static"]),
-                "grounding": tuple(ValueGrounding.from_data(item) for item in core["grounding"]),
-                "warnings": core["warnings"]}
+        return {
+            "call": call,
+            "static": StaticResult.from_data(core["static"]),
+            "grounding": tuple(ValueGrounding.from_data(item) for item in core["grounding"]),
+            "warnings": core["warnings"],
+        }
 
     async def _semantic_stage(
         self, base: dict[str, Any], inventory: ToolInventory, history: History, siblings: tuple[ToolCall, ...]
@@ -182,11 +189,21 @@ class Reflector:
         checks = assessable(self.config.checks, history)
         if not checks:  # every configured check needs a conversation and there is none
             return self._verdict(base, {}, JudgeUsage(), history)
-        request = SemanticRequest(call=call, spec=inventory.get(call.name), inventory=inventory, history=history,
-                                  grounding=base["grounding"], parallel_calls=siblings)
+        request = SemanticRequest(
+            call=call,
+            spec=inventory.get(call.name),
+            inventory=inventory,
+            history=history,
+            grounding=base["grounding"],
+            parallel_calls=siblings,
+        )
         replies, usage = await run_semantic(
-            self.judge, request, checks, mode=self.config.mode,
-            token_budget=self.config.history_token_budget, prompts_dir=self.config.prompts_dir,
+            self.judge,
+            request,
+            checks,
+            mode=self.config.mode,
+            token_budget=self.config.history_token_budget,
+            prompts_dir=self.config.prompts_dir,
         )
         return self._verdict(base, replies, usage, history)
 
@@ -199,16 +216,20 @@ class Reflector:
                 semantic[name] = judge_check(replies[name], self.config.thresholds[name], self.config.uncertain_below)
             elif not has_conversation(history):
                 semantic[name] = NOT_ASSESSABLE
-        return ReflectionResult(**base, semantic=semantic, usage=usage, overall_valid=overall_valid(base["static"], semantic))
+        return ReflectionResult(
+            **base, semantic=semantic, usage=usage, overall_valid=overall_valid(base["static"], semantic)
+        )
 
 
-NEEDS_CONVERSATION = frozenset({"general_hallucination_check", "function_selection_appropriateness",
-                                "agentic_constraints_satisfaction"})
+NEEDS_CONVERSATION = frozenset(
+    {"general_hallucination_check", "function_selection_appropriateness", "agentic_constraints_satisfaction"}
+)
 """Judge checks that ask what the user wanted or what the conversation supports: with no
 user turn they cannot be assessed (the value-format check needs only the call and its spec)."""
 
 NOT_ASSESSABLE = SemanticCheckResult(
-    status="skipped", explanation="not assessable: no conversation was given, and this check needs the user's request")
+    status="skipped", explanation="not assessable: no conversation was given, and this check needs the user's request"
+)
 """A judge check that needs a conversation, where none was given: not failed, not asked."""
 
 
@@ -242,8 +263,9 @@ _NO_SEMANTIC: dict[str, SemanticData] = {}
 _NO_HISTORY = History()
 
 
-def reflect_plain(call: Any, tools: Any, history: Any = None, *,
-                  grounding: bool = True) -> ResultData | list[ResultData]:
+def reflect_plain(
+    call: Any, tools: Any, history: Any = None, *, grounding: bool = True
+) -> ResultData | list[ResultData]:
     """What `Reflector().reflect(call, tools, history)` returns with no judge, as plain data
     (`results.ResultData`, the checker's own: calls stay `ToolCall` objects and constant
     parts are shared; data to write with `results.output_row` and `rows.line_of`, never to
@@ -257,9 +279,18 @@ def reflect_plain(call: Any, tools: Any, history: Any = None, *,
     results: list[ResultData] = []
     for one in calls if parallel else calls[:1]:
         core = core_data(one, inventory, conversation, grounding)
-        results.append({"call": one, "static": core["static"], "grounding": core["grounding"], "semantic": _NO_SEMANTIC,
-                        "judge_skipped": NO_JUDGE, "overall_valid": core["static"]["valid"], "usage": ZERO_USAGE,
-                        "warnings": core["warnings"]})
+        results.append(
+            {
+                "call": one,
+                "static": core["static"],
+                "grounding": core["grounding"],
+                "semantic": _NO_SEMANTIC,
+                "judge_skipped": NO_JUDGE,
+                "overall_valid": core["static"]["valid"],
+                "usage": ZERO_USAGE,
+                "warnings": core["warnings"],
+            }
+        )
     return results if parallel else results[0]
 
 
@@ -267,7 +298,9 @@ STATIC_ONLY = "static stage only"
 """Why the judge was not asked in `check_static`, when the caller gives no other reason."""
 
 
-def check_static(call: Any, tools: Any, *, judge_skipped: str = STATIC_ONLY) -> ReflectionResult | list[ReflectionResult]:
+def check_static(
+    call: Any, tools: Any, *, judge_skipped: str = STATIC_ONLY
+) -> ReflectionResult | list[ReflectionResult]:
     """The static stage's verdict on a proposed call as a `ReflectionResult` (one call: one
     result; several, as `Reflector.reflect` reads them: one per call, in order), with no grounding
     and no judge (`POST /v1/check`): `judge_skipped` says so, `overall_valid` is the static
@@ -275,8 +308,10 @@ def check_static(call: Any, tools: Any, *, judge_skipped: str = STATIC_ONLY) -> 
     `Reflector.reflect` does."""
     parallel = is_parallel(call)
     statics = check_calls(call, tools) if parallel else [check_call(call, tools)]
-    results = [ReflectionResult(call=s.call, static=s, warnings=s.warnings, judge_skipped=judge_skipped,
-                                overall_valid=s.valid) for s in statics]
+    results = [
+        ReflectionResult(call=s.call, static=s, warnings=s.warnings, judge_skipped=judge_skipped, overall_valid=s.valid)
+        for s in statics
+    ]
     return results if parallel else results[0]
 
 
@@ -303,4 +338,3 @@ def reflect_sync(
         return anyio.run(lambda: reflect(call, tools, history, config=config))
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(anyio.run, lambda: reflect(call, tools, history, config=config)).result()
-

@@ -36,8 +36,20 @@ if TYPE_CHECKING:
     from reflection.config import GatePolicy
     from reflection.gate import Decision
 
-__all__ = ["Ask", "Budget", "Check", "Reply", "Said", "Shape", "TooManyCalls", "Turn", "decision_entry", "note",
-           "report", "settle"]
+__all__ = [
+    "Ask",
+    "Budget",
+    "Check",
+    "Reply",
+    "Said",
+    "Shape",
+    "TooManyCalls",
+    "Turn",
+    "decision_entry",
+    "note",
+    "report",
+    "settle",
+]
 
 
 class TooManyCalls(Exception):
@@ -131,20 +143,31 @@ def note(text: str) -> str:
 
 def decision_entry(decision: Decision, round_: int, call_id: Any) -> dict[str, Any]:
     """One decision as the `reflection` report lists it."""
-    return {"round": round_, "tool": decision.tool, "call_id": call_id, "action": decision.action,
-            "reason": decision.reason, "feedback": decision.feedback, "shadow_action": decision.shadow_action}
+    return {
+        "round": round_,
+        "tool": decision.tool,
+        "call_id": call_id,
+        "action": decision.action,
+        "reason": decision.reason,
+        "feedback": decision.feedback,
+        "shadow_action": decision.shadow_action,
+    }
 
 
 def report(turns: list[Turn]) -> dict[str, Any]:
     """The `reflection` report of a client request's turns."""
-    return {"actions": [a for t in turns for a in t.applied], "rounds": sum(t.rounds for t in turns),
-            "decisions": [d for t in turns for d in t.decisions],
-            "escalated": [e for t in turns for e in t.escalated],
-            "reask_usage": [u for t in turns for u in t.usage]}
+    return {
+        "actions": [a for t in turns for a in t.applied],
+        "rounds": sum(t.rounds for t in turns),
+        "decisions": [d for t in turns for d in t.decisions],
+        "escalated": [e for t in turns for e in t.escalated],
+        "reask_usage": [u for t in turns for u in t.usage],
+    }
 
 
-async def settle(said: Said, check: Check, ask: Ask, shape: Shape, budget: Budget,
-                 observe: Callable[[Decision], None] | None = None) -> Turn:
+async def settle(
+    said: Said, check: Check, ask: Ask, shape: Shape, budget: Budget, observe: Callable[[Decision], None] | None = None
+) -> Turn:
     """Gate one model turn's calls (`said`), asking the model again (once per round, for every
     refused call together, shown its whole turn) while the rounds last; what the caller passes on
     and how it came to be. `observe` sees every decision. Raises `TooManyCalls` for a turn (the
@@ -192,8 +215,13 @@ async def settle(said: Said, check: Check, ask: Ask, shape: Shape, budget: Budge
             _removed(said, turn)
             for call, decision in refused:
                 turn.applied.append("reflect")
-                turn.decisions.append({**decision_entry(decision, round_, shape.call_id(call)), "action": "reflect",
-                                       "reason": "the model answered in words instead of a new call"})
+                turn.decisions.append(
+                    {
+                        **decision_entry(decision, round_, shape.call_id(call)),
+                        "action": "reflect",
+                        "reason": "the model answered in words instead of a new call",
+                    }
+                )
             if said.text:
                 turn.notes.append(said.text)
             return turn
@@ -207,8 +235,9 @@ def _removed(said: Said, turn: Turn) -> None:
     said.removed = []
 
 
-def _outcome(shape: Shape, call: Any, applied: Applied, turn: Turn, seen: set[bytes],
-             ids: set[Any]) -> Callable[[], str]:
+def _outcome(
+    shape: Shape, call: Any, applied: Applied, turn: Turn, seen: set[bytes], ids: set[Any]
+) -> Callable[[], str]:
     """Apply one decision to `turn`; the text the model reads about it if it is asked again
     (made only then: most turns are never re-asked)."""
     decision = applied.decision
@@ -227,12 +256,15 @@ def _outcome(shape: Shape, call: Any, applied: Applied, turn: Turn, seen: set[by
             ids.add(shape.call_id(sent))
         turn.calls.append(sent)
         turn.applied.append(decision.action)
-        return lambda: (f"The call to {quoted(decision.tool)} was accepted and will run when this turn ends; "
-                        "do not propose it again.")
+        return lambda: (
+            f"The call to {quoted(decision.tool)} was accepted and will run when this turn ends; "
+            "do not propose it again."
+        )
     if applied.escalate:
         _escalate(call, decision, turn)
-        return lambda: (f"The call to {quoted(decision.tool)} is waiting for a person's approval; "
-                        "do not propose it again.")
+        return lambda: (
+            f"The call to {quoted(decision.tool)} is waiting for a person's approval; do not propose it again."
+        )
     if not applied.reask:
         _deny(decision, turn)
         return lambda: f"The call to {quoted(decision.tool)} was blocked and will not run."
@@ -249,10 +281,13 @@ def _fallback(budget: Budget, call: Any, decision: Decision, turn: Turn) -> None
 def _escalate(call: Any, decision: Decision, turn: Turn) -> None:
     turn.applied.append("escalate")
     turn.escalated.append({"call": call, "feedback": decision.feedback, "reason": decision.reason})
-    turn.notes.append(note(f"The call to {quoted(decision.tool)} is waiting for a person's approval "
-                           f"({plain_line(decision.reason)})."))
+    turn.notes.append(
+        note(f"The call to {quoted(decision.tool)} is waiting for a person's approval ({plain_line(decision.reason)}).")
+    )
 
 
 def _deny(decision: Decision, turn: Turn) -> None:
     turn.applied.append("deny")
-    turn.notes.append(note(f"The call to {quoted(decision.tool)} was blocked by reflection ({plain_line(decision.reason)})."))
+    turn.notes.append(
+        note(f"The call to {quoted(decision.tool)} was blocked by reflection ({plain_line(decision.reason)}).")
+    )

@@ -34,10 +34,28 @@ from collections.abc import Sequence
 from typing import Any, Literal, TypedDict
 
 __all__ = [
-    "ALL_PASSED", "CHECK_PASSED", "FLAT_FIELDS", "SEMANTIC_CATEGORIES", "SEMANTIC_CHECKS", "STATIC_CHECKS",
-    "ZERO_USAGE", "CallData", "CheckData", "CoreData", "CorrectionData", "FindingData", "GroundingData",
-    "ResultData", "SemanticData", "SourceData", "StaticData", "UsageData", "combine", "flat_keys",
-    "output_row", "total_usage",
+    "ALL_PASSED",
+    "CHECK_PASSED",
+    "FLAT_FIELDS",
+    "SEMANTIC_CATEGORIES",
+    "SEMANTIC_CHECKS",
+    "STATIC_CHECKS",
+    "ZERO_USAGE",
+    "CallData",
+    "CheckData",
+    "CoreData",
+    "CorrectionData",
+    "FindingData",
+    "GroundingData",
+    "ResultData",
+    "SemanticData",
+    "SourceData",
+    "StaticData",
+    "UsageData",
+    "combine",
+    "flat_keys",
+    "output_row",
+    "total_usage",
 ]
 
 # --- the names -------------------------------------------------------------------------------
@@ -196,12 +214,21 @@ CHECK_PASSED: CheckData = {"passed": True, "findings": ()}
 ALL_PASSED: dict[str, CheckData] = dict.fromkeys(STATIC_CHECKS, CHECK_PASSED)
 """The checks of a call that passes them all (`flat_keys` knows it by identity)."""
 
-ZERO_USAGE: UsageData = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
-                         "cost_usd": 0.0, "prompt_chars": 0}
+ZERO_USAGE: UsageData = {
+    "requests": 0,
+    "prompt_tokens": 0,
+    "completion_tokens": 0,
+    "cached_tokens": 0,
+    "cost_usd": 0.0,
+    "prompt_chars": 0,
+}
 """The usage of a reflection without a judge."""
 
-FLAT_FIELDS: dict[str, Any] = {"static": {"checks": {"__all__": {"passed"}}}, "semantic": {"__all__": {"status", "score"}},
-                               "overall_valid": True}
+FLAT_FIELDS: dict[str, Any] = {
+    "static": {"checks": {"__all__": {"passed"}}},
+    "semantic": {"__all__": {"status", "score"}},
+    "overall_valid": True,
+}
 """All that `flat_keys` and a flat row read of a result: `model_dump(mode="json", include=FLAT_FIELDS)`
 (`ReflectionResult.flat_fields()` builds the same directly)."""
 
@@ -209,8 +236,10 @@ FLAT_FIELDS: dict[str, Any] = {"static": {"checks": {"__all__": {"passed"}}}, "s
 
 _STATIC_KEYS = tuple((name, f"static_{name}") for name in STATIC_CHECKS)
 _ALL_PASS_FLAT = {key: 1.0 for _, key in _STATIC_KEYS}
-_SEMANTIC_KEYS = tuple((f"semantic_avg_score_{category}", tuple((name, f"semantic_{name}") for name in names))
-                       for category, names in SEMANTIC_CATEGORIES.items())
+_SEMANTIC_KEYS = tuple(
+    (f"semantic_avg_score_{category}", tuple((name, f"semantic_{name}") for name in names))
+    for category, names in SEMANTIC_CATEGORIES.items()
+)
 
 
 def flat_keys(result: ResultData) -> dict[str, float]:
@@ -275,8 +304,9 @@ def total_usage(usages: Sequence[UsageData]) -> UsageData:
     return total  # type: ignore[return-value]
 
 
-def output_row(rid: str, results: ResultData | list[ResultData], *, latency_ms: float | None = None,
-               flat_only: bool = False) -> dict[str, Any]:
+def output_row(
+    rid: str, results: ResultData | list[ResultData], *, latency_ms: float | None = None, flat_only: bool = False
+) -> dict[str, Any]:
     """The output row of an input row reflected as `results` (one result, or a list for
     several calls); with `flat_only`, just `id`, `overall_valid` and the flat keys (what `--flat`
     writes: verdicts at scale, without the structured results). The row holds `results`

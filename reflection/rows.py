@@ -69,16 +69,22 @@ def read_row(raw: Any, line_number: int) -> InputRow:
     elif "tool_calls" in raw:
         call = raw["tool_calls"]
         if not isinstance(call, (list, bytes)):  # bytes: text too deep to parse, reported as a call
-            raise RowError(f"row {rid}: \"tool_calls\" must be a list of calls")
+            raise RowError(f'row {rid}: "tool_calls" must be a list of calls')
     else:
-        raise RowError(f"row {rid}: no \"call\" or \"tool_calls\" field; add the proposed call under \"call\"")
+        raise RowError(f'row {rid}: no "call" or "tool_calls" field; add the proposed call under "call"')
     return InputRow(id=rid, call=call, tools=raw.get("tools"), history=raw.get("history"))
 
 
-def result_row(rid: str, results: ReflectionResult | list[ReflectionResult], *, latency_ms: float | None = None,
-               flat_only: bool = False) -> dict[str, Any]:
+def result_row(
+    rid: str,
+    results: ReflectionResult | list[ReflectionResult],
+    *,
+    latency_ms: float | None = None,
+    flat_only: bool = False,
+) -> dict[str, Any]:
     """`results.output_row` for result models, each dumped (`model_dump(mode="json")`; with
     `flat_only`, only what a flat row reads: `flat_fields()`), so the row is the user's own."""
+
     def data(result: ReflectionResult) -> ResultData:
         return result.flat_fields() if flat_only else result.model_dump(mode="json")  # type: ignore[return-value]
 

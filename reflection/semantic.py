@@ -33,7 +33,15 @@ from reflection.model import (
     ValueGrounding,
 )
 
-__all__ = ["CONFIDENCE_WORDS", "CheckReply", "SemanticRequest", "build_messages", "read_check", "reply_schema", "run_semantic"]
+__all__ = [
+    "CONFIDENCE_WORDS",
+    "CheckReply",
+    "SemanticRequest",
+    "build_messages",
+    "read_check",
+    "reply_schema",
+    "run_semantic",
+]
 
 _CHARS_PER_TOKEN = 4  # rough estimate, good enough for windowing
 _DESCRIPTION_LINE = 160
@@ -235,8 +243,11 @@ def _answers(data: Any, checks: tuple[str, ...]) -> tuple[dict[str, Any], str | 
     found = {name: lowered[name] for name in checks if name in lowered and name not in twice}
     if found or twice:
         return found, None if len(found) == len(exact) else "check names matched ignoring case", twice
-    wrappers = [value for value in data.values()
-                if isinstance(value, dict) and any(isinstance(k, str) and k.strip().lower() in checks for k in value)]
+    wrappers = [
+        value
+        for value in data.values()
+        if isinstance(value, dict) and any(isinstance(k, str) and k.strip().lower() in checks for k in value)
+    ]
     if len(wrappers) == 1:
         inner, _, twice = _answers(wrappers[0], checks)
         return inner, "answers read from under a wrapper key", twice
@@ -345,8 +356,10 @@ def window_history(history: History, token_budget: int) -> list[dict[str, Any]]:
 def _grounding_data(grounding: tuple[ValueGrounding, ...]) -> list[dict[str, Any]]:
     out = []
     for value in grounding:
-        found = [f"{s.kind}" + (f" turn {s.index}" if s.index is not None else "") + (f": {s.quote}" if s.quote else "")
-                 for s in value.sources[:3]]
+        found = [
+            f"{s.kind}" + (f" turn {s.index}" if s.index is not None else "") + (f": {s.quote}" if s.quote else "")
+            for s in value.sources[:3]
+        ]
         out.append({"path": value.path, "value": value.value, "found_in": found or "nowhere"})
     return out
 
@@ -455,5 +468,7 @@ def _follow_up_note(problems: dict[str, str]) -> str:
     """Why these checks are asked again, in our own words only: check names and the
     reader's fixed messages, never text from the reply or the session."""
     lines = "\n".join(f"- {name}: {problem}" for name, problem in problems.items())
-    return (f"\n\nAn earlier reply gave no usable answer for these checks, so they are asked again:\n{lines}\n"
-            "Answer them with one JSON object that matches the schema.")
+    return (
+        f"\n\nAn earlier reply gave no usable answer for these checks, so they are asked again:\n{lines}\n"
+        "Answer them with one JSON object that matches the schema."
+    )

@@ -107,8 +107,13 @@ def check_call(call: Any, tools: Any) -> StaticResult:
     """
     calls = _calls_of(call, "call")
     if len(calls) != 1:
-        calls = [ToolCall(name="", error=f"got {len(calls)} tool calls but check_call checks exactly one; "
-                                         "use check_calls to check parallel calls one by one")]
+        calls = [
+            ToolCall(
+                name="",
+                error=f"got {len(calls)} tool calls but check_call checks exactly one; "
+                "use check_calls to check parallel calls one by one",
+            )
+        ]
     prepared = prepare(_inventory_of(tools))
     return _check(calls[0], prepared)
 
@@ -210,11 +215,17 @@ def _compiled(schema: dict[str, Any]) -> bytes | _Schema:
     itself when it does not compile (small, and not worth compiling again)."""
     shape = require_json_like(schema, "tools")  # a hand-built ToolSpec may hold anything
     if not shape & FINITE:  # canonical bytes would write NaN as null: keep them apart
-        return _Schema(schema=schema, validator=None,
-                       problem="its parameters schema contains NaN or Infinity, which JSON cannot represent")
+        return _Schema(
+            schema=schema,
+            validator=None,
+            problem="its parameters schema contains NaN or Infinity, which JSON cannot represent",
+        )
     if not shape & SOUND:
-        return _Schema(schema=schema, validator=None,
-                       problem=f"its parameters schema cannot be used: it has {value_problem(schema)}")
+        return _Schema(
+            schema=schema,
+            validator=None,
+            problem=f"its parameters schema cannot be used: it has {value_problem(schema)}",
+        )
     # A 128-bit digest of the canonical JSON: collision-free in practice, and small enough
     # that prepared inventories can hold it (the canonical bytes themselves run to kilobytes).
     canonical = canonical_bytes(schema)
@@ -238,9 +249,13 @@ def _schema_for(tool: ToolSpec, ref: bytes | _Schema) -> _Schema:
     return entry
 
 
-_VALIDATORS = {DRAFT4: jsonschema_rs.Draft4Validator, DRAFT6: jsonschema_rs.Draft6Validator,
-               DRAFT7: jsonschema_rs.Draft7Validator, DRAFT2019: jsonschema_rs.Draft201909Validator,
-               DRAFT2020: jsonschema_rs.Draft202012Validator}
+_VALIDATORS = {
+    DRAFT4: jsonschema_rs.Draft4Validator,
+    DRAFT6: jsonschema_rs.Draft6Validator,
+    DRAFT7: jsonschema_rs.Draft7Validator,
+    DRAFT2019: jsonschema_rs.Draft201909Validator,
+    DRAFT2020: jsonschema_rs.Draft202012Validator,
+}
 
 
 def _compile(schema: dict[str, Any], hint: bytes | None = None) -> _Schema:
@@ -249,16 +264,25 @@ def _compile(schema: dict[str, Any], hint: bytes | None = None) -> _Schema:
     refs = hint is None or has_references(hint)
     cycle = _ref_cycle(schema) if refs else None
     if cycle is not None:
-        return _Schema(schema=schema, validator=None, problem_keyword="$ref", problem=(
-            f"its schema has a $ref cycle ({' -> '.join(cycle)}): following it never reaches a check, so it "
-            "would accept any value; make one schema on the cycle say what it allows instead of referring on"))
+        return _Schema(
+            schema=schema,
+            validator=None,
+            problem_keyword="$ref",
+            problem=(
+                f"its schema has a $ref cycle ({' -> '.join(cycle)}): following it never reaches a check, so it "
+                "would accept any value; make one schema on the cycle say what it allows instead of referring on"
+            ),
+        )
     draft = draft_of(schema, hint)
     try:
         if isinstance(schema.get("$schema"), str):  # declared: the validator reads it
-            validator = jsonschema_rs.validator_for(schema, validate_formats=True, offline=True,
-                                                    pattern_options=_PATTERN_OPTIONS)
+            validator = jsonschema_rs.validator_for(
+                schema, validate_formats=True, offline=True, pattern_options=_PATTERN_OPTIONS
+            )
         else:
-            validator = _VALIDATORS[draft](schema, validate_formats=True, offline=True, pattern_options=_PATTERN_OPTIONS)
+            validator = _VALIDATORS[draft](
+                schema, validate_formats=True, offline=True, pattern_options=_PATTERN_OPTIONS
+            )
     except (ValueError, jsonschema_rs.ReferencingError) as exc:  # ValidationError is a ValueError
         message, keyword = _compile_problem(schema, exc)
         return _Schema(schema=schema, validator=None, problem=message, problem_keyword=keyword)
@@ -266,28 +290,48 @@ def _compile(schema: dict[str, Any], hint: bytes | None = None) -> _Schema:
     document = Document(schema, draft, hint) if refs else None
     cost, loop = expansion(schema, draft, document) if refs else (0, None)
     if loop is not None:
-        return _Schema(schema=schema, validator=None, problem_keyword="$ref", problem=(
-            f"its schema refers back to itself without consuming the value ({loop}): evaluating it never "
-            "reaches an end; make one schema on the loop say what it allows instead of referring on"))
+        return _Schema(
+            schema=schema,
+            validator=None,
+            problem_keyword="$ref",
+            problem=(
+                f"its schema refers back to itself without consuming the value ({loop}): evaluating it never "
+                "reaches an end; make one schema on the loop say what it allows instead of referring on"
+            ),
+        )
     if cost > MAX_EXPANSION:
-        return _Schema(schema=schema, validator=None, problem_keyword="$ref", problem=(
-            f"its schema expands too far: one place of a value can need more than {MAX_EXPANSION:,} subschema "
-            "evaluations (its references multiply, each level referring to the next more than once), which "
-            "would cost exponential time; refer to each definition once per level, or inline a shared one"))
+        return _Schema(
+            schema=schema,
+            validator=None,
+            problem_keyword="$ref",
+            problem=(
+                f"its schema expands too far: one place of a value can need more than {MAX_EXPANSION:,} subschema "
+                "evaluations (its references multiply, each level referring to the next more than once), which "
+                "would cost exponential time; refer to each definition once per level, or inline a shared one"
+            ),
+        )
     defined = names_at(document, schema, schema, draft)
     names, patterns, is_open = list(defined.names), defined.patterns, defined.open
     name_patterns = None
     if patterns and not is_open:
         try:
-            name_patterns = jsonschema_rs.validator_for({"anyOf": [{"pattern": p} for p in patterns]},
-                                                        pattern_options=_PATTERN_OPTIONS)
+            name_patterns = jsonschema_rs.validator_for(
+                {"anyOf": [{"pattern": p} for p in patterns]}, pattern_options=_PATTERN_OPTIONS
+            )
         except ValueError:  # the main schema compiled, so its patterns do; be safe anyway
             is_open = True
     listing = ", ".join(names[:30])
-    return _Schema(schema=schema, validator=validator, defined=frozenset(names), names=tuple(names),
-                   open=is_open, name_patterns=name_patterns,
-                   forbids_extra=schema.get("additionalProperties") is False,
-                   known=f"its parameters: {listing}" if listing else "it takes no parameters", draft=draft)
+    return _Schema(
+        schema=schema,
+        validator=validator,
+        defined=frozenset(names),
+        names=tuple(names),
+        open=is_open,
+        name_patterns=name_patterns,
+        forbids_extra=schema.get("additionalProperties") is False,
+        known=f"its parameters: {listing}" if listing else "it takes no parameters",
+        draft=draft,
+    )
 
 
 def _compile_problem(schema: dict[str, Any], exc: Exception) -> tuple[str, str | None]:
@@ -295,8 +339,10 @@ def _compile_problem(schema: dict[str, Any], exc: Exception) -> tuple[str, str |
     remote = [ref for ref in _refs(schema) if not ref.startswith("#")]
     if remote and ("retriev" in text.lower() or "base uri" in text.lower() or "registry" in text.lower()):
         shown = ", ".join(f'"{r}"' for r in remote[:3])
-        message = (f"its schema uses a remote $ref ({shown}); remote refs are never fetched (checks run offline). "
-                   "Inline the referenced schema under \"$defs\" and refer to it as \"#/$defs/<name>\"")
+        message = (
+            f"its schema uses a remote $ref ({shown}); remote refs are never fetched (checks run offline). "
+            'Inline the referenced schema under "$defs" and refer to it as "#/$defs/<name>"'
+        )
         return message, "$ref"
     where = getattr(exc, "instance_path", None)
     if where:
@@ -334,7 +380,7 @@ def _ref_cycle(root: dict[str, Any]) -> list[str] | None:
                 chain: list[str] = []
                 while isinstance(ref, str) and ref.startswith("#") and ref not in done:
                     if ref in chain:
-                        return [*chain[chain.index(ref):], ref]
+                        return [*chain[chain.index(ref) :], ref]
                     chain.append(ref)
                     target = _resolve_pointer(root, ref)
                     ref = target.get("$ref") if isinstance(target, dict) else None
@@ -415,9 +461,14 @@ def prepare(inventory: ToolInventory) -> Prepared:
         if isinstance(ref, _Schema):
             broken.append((tool.name, f"tool {tool.name!r} cannot be checked: {ref.problem}"))
     prepared = Prepared(
-        inventory=inventory, tools=tools, names=tuple(tools), problems=inventory.problems,
-        unnamed=tuple(p for p in inventory.problems if p.name is None), broken=tuple(broken),
-        empty=inventory.empty)
+        inventory=inventory,
+        tools=tools,
+        names=tuple(tools),
+        problems=inventory.problems,
+        unnamed=tuple(p for p in inventory.problems if p.name is None),
+        broken=tuple(broken),
+        empty=inventory.empty,
+    )
     _PREPARED.put(id(inventory), (inventory, prepared))
     return prepared
 
@@ -465,8 +516,14 @@ class _Issue:
 
     def finding(self) -> FindingData:
         """The finding as plain data: `Finding`'s fields in order."""
-        return {"check": self.check, "path": self.path, "message": self.message, "expected": self.expected,
-                "actual": self.actual, "keyword": self.keyword}
+        return {
+            "check": self.check,
+            "path": self.path,
+            "message": self.message,
+            "expected": self.expected,
+            "actual": self.actual,
+            "keyword": self.keyword,
+        }
 
 
 Failures = dict[str, list[_Issue]]
@@ -531,10 +588,18 @@ def check_call_data(call: ToolCall, prepared: Prepared) -> StaticData:
     `results.CHECK_PASSED` (a call that passes them all, `results.ALL_PASSED`); never mutate it."""
     failures, warnings = _evaluate(call, prepared)
     if not failures:
-        return {"call": call, "checks": ALL_PASSED, "warnings": warnings, "correction": None,
-                "correction_notes": (), "valid": True}
+        return {
+            "call": call,
+            "checks": ALL_PASSED,
+            "warnings": warnings,
+            "correction": None,
+            "correction_notes": (),
+            "valid": True,
+        }
     capped = next(iter(failures.values()))[-1].capped  # set on every issue of a capped call
-    correction, notes = (None, []) if capped else suggest_correction(call, failures, lambda c: _evaluate(c, prepared)[0])
+    correction, notes = (
+        (None, []) if capped else suggest_correction(call, failures, lambda c: _evaluate(c, prepared)[0])
+    )
     if correction is not None and _removes_defined(call, correction, prepared):
         correction, notes = None, []
     checks = dict(ALL_PASSED)
@@ -543,18 +608,38 @@ def check_call_data(call: ToolCall, prepared: Prepared) -> StaticData:
         if len(issues) > MAX_FINDINGS or issues[-1].capped:
             findings.append(_omitted(name, len(issues) - MAX_FINDINGS, issues[-1].capped))
         checks[name] = {"passed": False, "findings": findings}
-    return {"call": call, "checks": checks, "warnings": warnings, "correction": correction,
-            "correction_notes": tuple(notes), "valid": False}
+    return {
+        "call": call,
+        "checks": checks,
+        "warnings": warnings,
+        "correction": correction,
+        "correction_notes": tuple(notes),
+        "valid": False,
+    }
 
 
 def _omitted(check: str, count: int, capped: bool = False) -> FindingData:
     if capped:
         count = max(count, 0)
-        return {"check": check, "path": "$", "message": f"{count} more {check} finding(s) not listed, and more may "
-                f"exist: a check lists its first {MAX_FINDINGS}, and errors stop being collected after {MAX_ERRORS:,} "
-                "per call. Fix those and check again.", "expected": None, "actual": count, "keyword": None}
-    return {"check": check, "path": "$", "message": f"{count} more {check} finding(s) not listed: a check lists "
-            f"its first {MAX_FINDINGS}. Fix those and check again.", "expected": None, "actual": count, "keyword": None}
+        return {
+            "check": check,
+            "path": "$",
+            "message": f"{count} more {check} finding(s) not listed, and more may "
+            f"exist: a check lists its first {MAX_FINDINGS}, and errors stop being collected after {MAX_ERRORS:,} "
+            "per call. Fix those and check again.",
+            "expected": None,
+            "actual": count,
+            "keyword": None,
+        }
+    return {
+        "check": check,
+        "path": "$",
+        "message": f"{count} more {check} finding(s) not listed: a check lists "
+        f"its first {MAX_FINDINGS}. Fix those and check again.",
+        "expected": None,
+        "actual": count,
+        "keyword": None,
+    }
 
 
 def _removes_defined(call: ToolCall, correction: ToolCall, prepared: Prepared) -> bool:
@@ -576,14 +661,27 @@ def _evaluate(call: ToolCall, prepared: Prepared) -> tuple[Failures, tuple[str, 
     failures: Failures = {}
     name = call.name
     if call.error is not None:
-        failures["invalid_tool_call"] = [_Issue(
-            "invalid_tool_call", (), f"The tool call is malformed: {call.error}. {_NOT_CHECKED}: send a call "
-            "with a function name and a JSON object of arguments.",
-            expected="a function name and a JSON object of arguments", actual=call.raw_arguments)]
+        failures["invalid_tool_call"] = [
+            _Issue(
+                "invalid_tool_call",
+                (),
+                f"The tool call is malformed: {call.error}. {_NOT_CHECKED}: send a call "
+                "with a function name and a JSON object of arguments.",
+                expected="a function name and a JSON object of arguments",
+                actual=call.raw_arguments,
+            )
+        ]
     if prepared.empty:
-        failures["empty_api_spec"] = [_Issue(
-            "empty_api_spec", (), f"No tool specs were given, so the call cannot be checked. {_NOT_CHECKED}: "
-            "pass the tool specs the agent was offered.", expected="at least one tool spec", actual=0)]
+        failures["empty_api_spec"] = [
+            _Issue(
+                "empty_api_spec",
+                (),
+                f"No tool specs were given, so the call cannot be checked. {_NOT_CHECKED}: "
+                "pass the tool specs the agent was offered.",
+                expected="at least one tool spec",
+                actual=0,
+            )
+        ]
         return failures, ()
     named = bool(name.strip())  # a blank name is already an invalid_tool_call
     found = prepared.tools.get(name) if named else None
@@ -593,32 +691,56 @@ def _evaluate(call: ToolCall, prepared: Prepared) -> tuple[Failures, tuple[str, 
         problem = next((p for p in prepared.problems if p.name == name), None)
         if problem is not None:
             excluded = name
-            failures["invalid_api_spec"] = [_Issue(
-                "invalid_api_spec", (), f"The spec of tool {name!r} is unusable: {problem.message}. "
-                f"{_NOT_CHECKED}: fix the tool spec.", expected="a readable tool spec", actual=problem.message)]
+            failures["invalid_api_spec"] = [
+                _Issue(
+                    "invalid_api_spec",
+                    (),
+                    f"The spec of tool {name!r} is unusable: {problem.message}. {_NOT_CHECKED}: fix the tool spec.",
+                    expected="a readable tool spec",
+                    actual=problem.message,
+                )
+            ]
         elif prepared.unnamed:
             skip_unnamed = True
             count = len(prepared.unnamed)
-            failures["invalid_api_spec"] = [_Issue(
-                "invalid_api_spec", (), f"Tool {name!r} is not among the readable specs, and {count} spec(s) "
-                f"could not be read at all, so the called tool may be one of them. {_NOT_CHECKED}: fix the "
-                "unreadable specs (" + "; ".join(p.message for p in prepared.unnamed[:3]) + ").",
-                expected="readable tool specs", actual=[p.message for p in prepared.unnamed])]
+            failures["invalid_api_spec"] = [
+                _Issue(
+                    "invalid_api_spec",
+                    (),
+                    f"Tool {name!r} is not among the readable specs, and {count} spec(s) "
+                    f"could not be read at all, so the called tool may be one of them. {_NOT_CHECKED}: fix the "
+                    "unreadable specs (" + "; ".join(p.message for p in prepared.unnamed[:3]) + ").",
+                    expected="readable tool specs",
+                    actual=[p.message for p in prepared.unnamed],
+                )
+            ]
         else:
             defined = list(prepared.names)
             guess = closest_name(name, defined)
             hint = f' Did you mean "{guess}"?' if guess else ""
             listing = ", ".join(defined[:20]) + (f" (and {len(defined) - 20} more)" if len(defined) > 20 else "")
-            failures["non_existent_function"] = [_Issue(
-                "non_existent_function", (), f"No tool named {name!r} is defined. {_NOT_CHECKED}. "
-                f"Defined tools: {listing or 'none'}.{hint}", expected=defined, actual=name,
-                options=(guess,) if guess else ())]
+            failures["non_existent_function"] = [
+                _Issue(
+                    "non_existent_function",
+                    (),
+                    f"No tool named {name!r} is defined. {_NOT_CHECKED}. Defined tools: {listing or 'none'}.{hint}",
+                    expected=defined,
+                    actual=name,
+                    options=(guess,) if guess else (),
+                )
+            ]
     schema = _schema_for(*found) if found is not None else None
     if schema is not None and schema.validator is None:
-        failures["invalid_api_spec"] = [_Issue(
-            "invalid_api_spec", (), f"The spec of tool {name!r} is unusable: {schema.problem}. "
-            f"{_NOT_CHECKED}: fix the tool spec.", expected="a valid JSON Schema", actual=schema.problem,
-            keyword=schema.problem_keyword)]
+        failures["invalid_api_spec"] = [
+            _Issue(
+                "invalid_api_spec",
+                (),
+                f"The spec of tool {name!r} is unusable: {schema.problem}. {_NOT_CHECKED}: fix the tool spec.",
+                expected="a valid JSON Schema",
+                actual=schema.problem,
+                keyword=schema.problem_keyword,
+            )
+        ]
     warnings = _warnings(prepared, excluded, skip_unnamed) if prepared.problems or prepared.broken else ()
     if failures or schema is None:
         return failures, warnings
@@ -628,12 +750,19 @@ def _evaluate(call: ToolCall, prepared: Prepared) -> tuple[Failures, tuple[str, 
     try:
         issues = _check_arguments(arguments, schema, name)
     except _PatternGaveUp as exc:
-        failures["invalid_api_spec"] = [_Issue(
-            "invalid_api_spec", exc.at, f"{_path(exc.at)}: the spec of tool {name!r} cannot be checked on this "
-            f"value: the regex engine gave up on its pattern{' ' + _show(exc.pattern) if exc.pattern else ''} "
-            f"({exc.reason}; the limit is {BACKTRACK_LIMIT} backtracking steps, and backreferences and "
-            f"look-around are matched by backtracking). {_NOT_CHECKED}: simplify the pattern.",
-            expected="a pattern the regex engine can match in bounded time", actual=exc.reason, keyword="pattern")]
+        failures["invalid_api_spec"] = [
+            _Issue(
+                "invalid_api_spec",
+                exc.at,
+                f"{_path(exc.at)}: the spec of tool {name!r} cannot be checked on this "
+                f"value: the regex engine gave up on its pattern{' ' + _show(exc.pattern) if exc.pattern else ''} "
+                f"({exc.reason}; the limit is {BACKTRACK_LIMIT} backtracking steps, and backreferences and "
+                f"look-around are matched by backtracking). {_NOT_CHECKED}: simplify the pattern.",
+                expected="a pattern the regex engine can match in bounded time",
+                actual=exc.reason,
+                keyword="pattern",
+            )
+        ]
         return failures, warnings
     for issue in issues:
         failures.setdefault(issue.check, []).append(issue)
@@ -642,9 +771,12 @@ def _evaluate(call: ToolCall, prepared: Prepared) -> tuple[Failures, tuple[str, 
 
 def _warnings(prepared: Prepared, excluded: str | None, skip_unnamed: bool) -> tuple[str, ...]:
     # Called only when the inventory has problems or broken tools (most have neither).
-    out = [_problem_warning(p) for p in prepared.problems
-           if not (p.name is not None and p.name == excluded and excluded not in prepared.tools)
-           and not (p.name is None and skip_unnamed)]
+    out = [
+        _problem_warning(p)
+        for p in prepared.problems
+        if not (p.name is not None and p.name == excluded and excluded not in prepared.tools)
+        and not (p.name is None and skip_unnamed)
+    ]
     out.extend(message for tool, message in prepared.broken if tool != excluded)
     return tuple(out)
 
@@ -683,13 +815,21 @@ def _check_arguments(args: dict[str, Any], schema: _Schema, tool: str) -> list[_
 def _unknown(key: str, args: dict[str, Any], schema: _Schema, tool: str) -> _Issue:
     """The issue of a top-level argument name the schema defines nowhere."""
     return _Issue(
-        "non_existent_parameter", (key,), f'{_path((key,))}: "{key}" is not a parameter of tool {tool!r} '
-        f"({schema.known}). Remove it or use a defined parameter.", expected=list(schema.names[:MAX_LISTED]), actual=key,
-        keyword="additionalProperties" if schema.forbids_extra else "properties", at=(), value=args[key])
+        "non_existent_parameter",
+        (key,),
+        f'{_path((key,))}: "{key}" is not a parameter of tool {tool!r} '
+        f"({schema.known}). Remove it or use a defined parameter.",
+        expected=list(schema.names[:MAX_LISTED]),
+        actual=key,
+        keyword="additionalProperties" if schema.forbids_extra else "properties",
+        at=(),
+        value=args[key],
+    )
 
 
-def _check_arguments_closed(args: dict[str, Any], schema: _Schema, tool: str, unknown: list[str],
-                            capped: bool) -> list[_Issue]:
+def _check_arguments_closed(
+    args: dict[str, Any], schema: _Schema, tool: str, unknown: list[str], capped: bool
+) -> list[_Issue]:
     """`_check_arguments` where some object's schema allows no name at all (`additionalProperties:
     false` and no `properties`): the validator reports that as one false-schema error at the
     object, naming no key; here every key of such an object is a `non_existent_parameter`."""
@@ -727,10 +867,19 @@ def _closed_object(error: Any, args: dict[str, Any], root: dict[str, Any], issue
     if not isinstance(value, dict):
         return False
     for prop, item in value.items():
-        issues.append(_Issue(
-            "non_existent_parameter", (*at, prop), f'{_path((*at, prop))}: "{prop}" is not allowed here '
-            "(additionalProperties is false, and no property is defined). Remove it.", expected=[], actual=prop,
-            keyword="additionalProperties", at=at, value=item))
+        issues.append(
+            _Issue(
+                "non_existent_parameter",
+                (*at, prop),
+                f'{_path((*at, prop))}: "{prop}" is not allowed here '
+                "(additionalProperties is false, and no property is defined). Remove it.",
+                expected=[],
+                actual=prop,
+                keyword="additionalProperties",
+                at=at,
+                value=item,
+            )
+        )
     return True
 
 
@@ -838,8 +987,10 @@ class _PatternGaveUp(Exception):
         self.reason = reason
 
 
-_ENGINE_FAILURES = (jsonschema_rs.ValidationErrorKind.BacktrackLimitExceeded,
-                    jsonschema_rs.ValidationErrorKind.RegexEngineFailure)
+_ENGINE_FAILURES = (
+    jsonschema_rs.ValidationErrorKind.BacktrackLimitExceeded,
+    jsonschema_rs.ValidationErrorKind.RegexEngineFailure,
+)
 
 
 def _raise_if_gave_up(errors: Any, root: Any, key: tuple[str] | None) -> None:
@@ -852,8 +1003,11 @@ def _raise_if_gave_up(errors: Any, root: Any, key: tuple[str] | None) -> None:
         if isinstance(kind, _ENGINE_FAILURES):
             pattern = _schema_at(root, error.schema_path) if key is None else None
             # The backtrack limit names its reason `error`, another engine failure `message`.
-            reason = kind.error if isinstance(kind, jsonschema_rs.ValidationErrorKind.BacktrackLimitExceeded) \
+            reason = (
+                kind.error
+                if isinstance(kind, jsonschema_rs.ValidationErrorKind.BacktrackLimitExceeded)
                 else kind.message
+            )
             raise _PatternGaveUp(pattern, key if key is not None else tuple(error.instance_path), reason)
         if isinstance(kind, _UNION_FAILURES):
             for branch in kind.context:
@@ -869,7 +1023,11 @@ def _tidy(issues: list[_Issue]) -> list[_Issue]:
     seen: set[Any] = set()
     out: list[_Issue] = []
     for issue in issues:
-        if issue.check != "incorrect_parameter_type" and issue.at in wrong_type and issue.check != "non_existent_parameter":
+        if (
+            issue.check != "incorrect_parameter_type"
+            and issue.at in wrong_type
+            and issue.check != "non_existent_parameter"
+        ):
             continue
         if issue.keyword == "unevaluatedProperties" and issue.segments in unknown:
             continue
@@ -895,8 +1053,14 @@ def _keyword(schema_path: tuple[Any, ...], fallback: str) -> str:
             continue
         if isinstance(part, str):
             keyword = part
-            skip = part in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas",
-                            "dependencies")
+            skip = part in (
+                "properties",
+                "patternProperties",
+                "$defs",
+                "definitions",
+                "dependentSchemas",
+                "dependencies",
+            )
     return keyword or fallback
 
 
@@ -916,9 +1080,17 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
     elif name == "required":
         prop = kind.property
         hint = _property_hint(root, error.schema_path, prop)
-        issues.append(_Issue(
-            "missing_required_parameter", (*at, prop), f'{_path((*at, prop))}: required parameter "{prop}" is '
-            f"missing{hint}. Add it.", expected=prop, actual=None, keyword=keyword, at=at))
+        issues.append(
+            _Issue(
+                "missing_required_parameter",
+                (*at, prop),
+                f'{_path((*at, prop))}: required parameter "{prop}" is missing{hint}. Add it.',
+                expected=prop,
+                actual=None,
+                keyword=keyword,
+                at=at,
+            )
+        )
     elif name in ("enum", "const"):
         if name == "enum":
             # The spec's own list when the path leads to it: the same objects error after error,
@@ -934,25 +1106,53 @@ def _classify(error: Any, issues: list[_Issue], root: dict[str, Any]) -> None:
         else:
             message = f"{where}: must be exactly {_show(options[0])}, got {_show(error.instance)}."
             expected = options[0]
-        issues.append(_Issue("allowed_values_violation", at, message, expected=expected, actual=error.instance,
-                             keyword=keyword, at=at, value=error.instance, options=options))
+        issues.append(
+            _Issue(
+                "allowed_values_violation",
+                at,
+                message,
+                expected=expected,
+                actual=error.instance,
+                keyword=keyword,
+                at=at,
+                value=error.instance,
+                options=options,
+            )
+        )
     elif name == "additionalProperties":
         allowed = _object_names(root, error.schema_path[:-1])
         listing = f"; allowed: {', '.join(allowed)}" if allowed else ""
         for prop in kind.unexpected:
             value = error.instance.get(prop, _MISSING) if isinstance(error.instance, dict) else _MISSING
-            issues.append(_Issue(
-                "non_existent_parameter", (*at, prop), f'{_path((*at, prop))}: "{prop}" is not allowed here '
-                f"(additionalProperties is false{listing}). Remove it.", expected=allowed[:MAX_LISTED], actual=prop,
-                keyword=keyword, at=at, value=value))
+            issues.append(
+                _Issue(
+                    "non_existent_parameter",
+                    (*at, prop),
+                    f'{_path((*at, prop))}: "{prop}" is not allowed here '
+                    f"(additionalProperties is false{listing}). Remove it.",
+                    expected=allowed[:MAX_LISTED],
+                    actual=prop,
+                    keyword=keyword,
+                    at=at,
+                    value=value,
+                )
+            )
     elif isinstance(kind, _UNION_FAILURES):
         _classify_union(error, issues, root, keyword)
     elif name == "unevaluatedProperties":
         for prop in kind.unexpected:
-            issues.append(_Issue(
-                "json_schema_violation", (*at, prop), f'{_path((*at, prop))}: "{prop}" is not evaluated by any '
-                "subschema and unevaluatedProperties forbids it. Remove it.", expected=None, actual=prop,
-                keyword=keyword, at=at))
+            issues.append(
+                _Issue(
+                    "json_schema_violation",
+                    (*at, prop),
+                    f'{_path((*at, prop))}: "{prop}" is not evaluated by any '
+                    "subschema and unevaluatedProperties forbids it. Remove it.",
+                    expected=None,
+                    actual=prop,
+                    keyword=keyword,
+                    at=at,
+                )
+            )
     else:
         issues.append(_violation(error, keyword, root))
 
@@ -992,9 +1192,16 @@ def _violation(error: Any, keyword: str, root: dict[str, Any]) -> _Issue:
                     expected = stated
         else:
             expected = _schema_at(root, error.schema_path)
-    return _Issue("json_schema_violation", at, f'{_path(at)}: {detail} (keyword "{keyword}"). Change the value '
-                  "to satisfy the schema.", expected=expected, actual=error.instance, keyword=keyword, at=at,
-                  value=error.instance)
+    return _Issue(
+        "json_schema_violation",
+        at,
+        f'{_path(at)}: {detail} (keyword "{keyword}"). Change the value to satisfy the schema.',
+        expected=expected,
+        actual=error.instance,
+        keyword=keyword,
+        at=at,
+        value=error.instance,
+    )
 
 
 def _type_issue(at: tuple[str | int, ...], value: Any, types: tuple[str, ...], keyword: str) -> _Issue:
@@ -1003,9 +1210,16 @@ def _type_issue(at: tuple[str | int, ...], value: Any, types: tuple[str, ...], k
     shown = _show(value)
     got = actual if shown == actual else f"{actual} {shown}"  # "got null", not "got null null"
     return _Issue(
-        "incorrect_parameter_type", at, f"{_path(at)}: expected {wanted}, got {got}. "
-        f"Send a value of type {wanted}.", expected=types[0] if len(types) == 1 else list(types),
-        actual=actual, keyword=keyword, at=at, value=value, types=types)
+        "incorrect_parameter_type",
+        at,
+        f"{_path(at)}: expected {wanted}, got {got}. Send a value of type {wanted}.",
+        expected=types[0] if len(types) == 1 else list(types),
+        actual=actual,
+        keyword=keyword,
+        at=at,
+        value=value,
+        types=types,
+    )
 
 
 def _classify_union(error: Any, issues: list[_Issue], root: dict[str, Any], keyword: str) -> None:
@@ -1022,11 +1236,19 @@ def _classify_union(error: Any, issues: list[_Issue], root: dict[str, Any], keyw
     else:
         _raise_if_gave_up([sub for branch in branches for sub in branch], root, None)  # not the value's fault
         summary = "; ".join(f"({i + 1}) {branch[0].message}" for i, branch in enumerate(branches) if branch)
-        issues.append(_Issue(
-            "json_schema_violation", at, f'{_path(at)}: {_show(error.instance)} matches none of the alternatives '
-            f'in "{keyword}": {summary}. Change the value to satisfy one of them.',
-            expected=_schema_at(root, error.schema_path), actual=error.instance, keyword=keyword, at=at,
-            value=error.instance))
+        issues.append(
+            _Issue(
+                "json_schema_violation",
+                at,
+                f"{_path(at)}: {_show(error.instance)} matches none of the alternatives "
+                f'in "{keyword}": {summary}. Change the value to satisfy one of them.',
+                expected=_schema_at(root, error.schema_path),
+                actual=error.instance,
+                keyword=keyword,
+                at=at,
+                value=error.instance,
+            )
+        )
 
 
 def _branch_types(errors: list[Any], at: tuple[Any, ...], value: Any) -> tuple[str, ...] | None:

@@ -23,8 +23,15 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-__all__ = ["gate_span", "judge_span", "record_completion", "record_decision", "record_result",
-           "reflection_span", "set_tracer_provider"]
+__all__ = [
+    "gate_span",
+    "judge_span",
+    "record_completion",
+    "record_decision",
+    "record_result",
+    "reflection_span",
+    "set_tracer_provider",
+]
 
 
 class JudgeEndpoint(Protocol):
@@ -133,7 +140,9 @@ def _get_tracer() -> Any | None:
             _unavailable = True
             return None
         _trace = trace
-    if _provider is None and isinstance(_trace.get_tracer_provider(), (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider)):
+    if _provider is None and isinstance(
+        _trace.get_tracer_provider(), (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider)
+    ):
         # No SDK configured (yet): OpenTelemetry's own no-op spans would still cost ~15 µs a
         # decision in context switching, so make none. Checked per call: a provider may be set later.
         return None
@@ -150,8 +159,9 @@ def _span(name: str, attributes: dict[str, Any], client: bool = False) -> contex
         return _NULL
     from opentelemetry.trace import SpanKind
 
-    return tracer.start_as_current_span(name, kind=SpanKind.CLIENT if client else SpanKind.INTERNAL,
-                                        attributes=attributes)
+    return tracer.start_as_current_span(
+        name, kind=SpanKind.CLIENT if client else SpanKind.INTERNAL, attributes=attributes
+    )
 
 
 def reflection_span(tool: str, model: str | None = None) -> contextlib.AbstractContextManager[Any]:
@@ -194,8 +204,10 @@ def record_completion(span: Any, completion: dict[str, Any]) -> None:
         return
     usage = completion.get("usage")
     if isinstance(usage, dict):
-        for key, attribute in (("prompt_tokens", "gen_ai.usage.input_tokens"),
-                               ("completion_tokens", "gen_ai.usage.output_tokens")):
+        for key, attribute in (
+            ("prompt_tokens", "gen_ai.usage.input_tokens"),
+            ("completion_tokens", "gen_ai.usage.output_tokens"),
+        ):
             value = usage.get(key)
             if isinstance(value, int) and not isinstance(value, bool):
                 span.set_attribute(attribute, value)
@@ -204,7 +216,9 @@ def record_completion(span: Any, completion: dict[str, Any]) -> None:
             span.set_attribute(attribute, completion[key])
     choices = completion.get("choices")
     if isinstance(choices, list):
-        reasons = [c["finish_reason"] for c in choices if isinstance(c, dict) and isinstance(c.get("finish_reason"), str)]
+        reasons = [
+            c["finish_reason"] for c in choices if isinstance(c, dict) and isinstance(c.get("finish_reason"), str)
+        ]
         if reasons:
             span.set_attribute("gen_ai.response.finish_reasons", reasons)
 
@@ -254,4 +268,3 @@ def record_decision(span: Any, decision: RecordedDecision) -> None:
         span.set_attribute("reflection.gate.shadow_action", decision.shadow_action)
     if decision.cost_usd is not None:
         span.set_attribute("reflection.cost_usd", decision.cost_usd)
-

@@ -29,90 +29,188 @@ __all__ = ["KINDS", "MAIN_TOOLS", "corpus", "write_corpus"]
 
 # --- tool specs ------------------------------------------------------------------------------
 
-_PAD = ("Returns what the service knows. Données météo, 天気予報, прогноз погоды 🌦️; "
-        "quotes \"inside\", a backslash \\ and a tab\t. ") * 3  # long descriptions, as real specs have
+_PAD = (
+    "Returns what the service knows. Données météo, 天気予報, прогноз погоды 🌦️; "
+    'quotes "inside", a backslash \\ and a tab\t. '
+) * 3  # long descriptions, as real specs have
 
-_CABINS = ["economy", "premium_economy", "business", "first", "basic", "saver", "flex", "plus",
-           "standard", "comfort", "main", "lie_flat"]  # more than 10 values: the listing is cut
+_CABINS = [
+    "economy",
+    "premium_economy",
+    "business",
+    "first",
+    "basic",
+    "saver",
+    "flex",
+    "plus",
+    "standard",
+    "comfort",
+    "main",
+    "lie_flat",
+]  # more than 10 values: the listing is cut
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather for a city. " + _PAD,
-    "parameters": {"type": "object", "properties": {
-        "city": {"type": "string", "minLength": 1, "description": "City name, e.g. Zürich"},
-        "unit": {"type": "string", "enum": ["c", "f"], "default": "c"},
-        "days": {"type": "integer", "minimum": 1, "maximum": 14, "default": 3},
-        "date": {"type": "string", "format": "date"},
-    }, "required": ["city"]}}}
-
-FLIGHT = {"type": "function", "function": {
-    "name": "book_flight", "description": "Book a flight. " + _PAD,
-    "parameters": {
-        "type": "object", "additionalProperties": False,
-        "properties": {
-            "origin": {"type": "string", "pattern": "^[A-Z]{3}$"},
-            "destination": {"type": "string", "pattern": "^[A-Z]{3}$"},
-            "passengers": {"type": "array", "minItems": 1, "maxItems": 40, "items": {"$ref": "#/$defs/passenger"}},
-            "cabin": {"type": "string", "enum": _CABINS, "default": "economy"},
-            "seat": {"anyOf": [{"type": "string", "pattern": "^[0-9]{1,2}[A-F]$"}, {"type": "integer", "minimum": 1}]},
-            "contact": {"oneOf": [
-                {"type": "object", "properties": {"email": {"type": "string", "format": "email"}},
-                 "required": ["email"], "additionalProperties": False},
-                {"type": "object", "properties": {"phone": {"type": "string"}},
-                 "required": ["phone"], "additionalProperties": False}]},
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city. " + _PAD,
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "minLength": 1, "description": "City name, e.g. Zürich"},
+                "unit": {"type": "string", "enum": ["c", "f"], "default": "c"},
+                "days": {"type": "integer", "minimum": 1, "maximum": 14, "default": 3},
+                "date": {"type": "string", "format": "date"},
+            },
+            "required": ["city"],
         },
-        "required": ["origin", "destination", "passengers"],
-        "$defs": {"passenger": {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
-            "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
-            "email": {"type": "string", "format": "email"}}}},
-    }}}
+    },
+}
 
-SEARCH = {"name": "search", "description": "Search the web (Anthropic input_schema).", "input_schema": {
-    "type": "object", "properties": {
-        "q": {"type": "string"},
-        "limit": {"type": "integer", "default": 10},
-        "filters": {"type": "object", "properties": {
-            "lang": {"enum": ["en", "fr", "de", "ja"]}, "after": {"type": "string", "format": "date"}}},
-        "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-    }, "required": ["q"]}}
+FLIGHT = {
+    "type": "function",
+    "function": {
+        "name": "book_flight",
+        "description": "Book a flight. " + _PAD,
+        "parameters": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "origin": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                "destination": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                "passengers": {"type": "array", "minItems": 1, "maxItems": 40, "items": {"$ref": "#/$defs/passenger"}},
+                "cabin": {"type": "string", "enum": _CABINS, "default": "economy"},
+                "seat": {
+                    "anyOf": [{"type": "string", "pattern": "^[0-9]{1,2}[A-F]$"}, {"type": "integer", "minimum": 1}]
+                },
+                "contact": {
+                    "oneOf": [
+                        {
+                            "type": "object",
+                            "properties": {"email": {"type": "string", "format": "email"}},
+                            "required": ["email"],
+                            "additionalProperties": False,
+                        },
+                        {
+                            "type": "object",
+                            "properties": {"phone": {"type": "string"}},
+                            "required": ["phone"],
+                            "additionalProperties": False,
+                        },
+                    ]
+                },
+            },
+            "required": ["origin", "destination", "passengers"],
+            "$defs": {
+                "passenger": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["name"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "age": {"type": "integer", "minimum": 0},
+                        "email": {"type": "string", "format": "email"},
+                    },
+                }
+            },
+        },
+    },
+}
 
-USER = {"name": "lookup_user", "description": "MCP tool.", "inputSchema": {
-    "type": "object", "properties": {
-        "user_id": {"type": "string", "format": "uuid"},
-        "ip": {"type": "string", "format": "ipv4"},
-        "verbose": {"type": "boolean", "default": False},
-        "account": {"type": "integer", "default": 123456789012345678901234567890},  # beyond 64 bits
-    }, "required": ["user_id"]}}
+SEARCH = {
+    "name": "search",
+    "description": "Search the web (Anthropic input_schema).",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "q": {"type": "string"},
+            "limit": {"type": "integer", "default": 10},
+            "filters": {
+                "type": "object",
+                "properties": {
+                    "lang": {"enum": ["en", "fr", "de", "ja"]},
+                    "after": {"type": "string", "format": "date"},
+                },
+            },
+            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+        },
+        "required": ["q"],
+    },
+}
 
-CALC = {"name": "calc", "description": "BFCL-style types.", "parameters": {
-    "type": "dict", "properties": {
-        "x": {"type": "float", "description": "a number"},
-        "pair": {"type": "tuple", "items": {"type": "integer"}},
-        "meta": {"type": "any"},
-        "flags": {"type": "list", "items": {"type": "bool"}},
-    }, "required": ["x"]}}
+USER = {
+    "name": "lookup_user",
+    "description": "MCP tool.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "user_id": {"type": "string", "format": "uuid"},
+            "ip": {"type": "string", "format": "ipv4"},
+            "verbose": {"type": "boolean", "default": False},
+            "account": {"type": "integer", "default": 123456789012345678901234567890},  # beyond 64 bits
+        },
+        "required": ["user_id"],
+    },
+}
 
-ALARM = {"name": "set_alarm", "description": "Parameter-list form.", "parameters": [
-    {"name": "time", "type": "str", "required": True, "pattern": "^[0-2][0-9]:[0-5][0-9]$"},
-    {"name": "repeat", "type": "bool"},
-    {"name": "weekdays", "type": "list", "items": {"type": "str", "enum": ["mon", "tue", "wed", "thu", "fri"]}},
-]}
+CALC = {
+    "name": "calc",
+    "description": "BFCL-style types.",
+    "parameters": {
+        "type": "dict",
+        "properties": {
+            "x": {"type": "float", "description": "a number"},
+            "pair": {"type": "tuple", "items": {"type": "integer"}},
+            "meta": {"type": "any"},
+            "flags": {"type": "list", "items": {"type": "bool"}},
+        },
+        "required": ["x"],
+    },
+}
 
-EMAIL = {"name": "send_email", "description": "Bare function form.", "parameters": {
-    "type": "object", "properties": {
-        "to": {"type": "array", "items": {"type": "string", "format": "email"}, "minItems": 1},
-        "subject": {"type": "string", "maxLength": 40},
-        "body": {"type": "string"},
-        "priority": {"const": "normal"},
-        "cc": {"type": "string"},
-        "bcc": {"type": "string"},
-    }, "required": ["to", "subject"], "dependentRequired": {"bcc": ["cc"]}}}
+ALARM = {
+    "name": "set_alarm",
+    "description": "Parameter-list form.",
+    "parameters": [
+        {"name": "time", "type": "str", "required": True, "pattern": "^[0-2][0-9]:[0-5][0-9]$"},
+        {"name": "repeat", "type": "bool"},
+        {"name": "weekdays", "type": "list", "items": {"type": "str", "enum": ["mon", "tue", "wed", "thu", "fri"]}},
+    ],
+}
 
-STORE = {"name": "store", "description": "Any JSON value.", "parameters": {
-    "type": "object", "properties": {"key": {"type": "string"}, "data": {}}, "required": ["key"]}}
+EMAIL = {
+    "name": "send_email",
+    "description": "Bare function form.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "to": {"type": "array", "items": {"type": "string", "format": "email"}, "minItems": 1},
+            "subject": {"type": "string", "maxLength": 40},
+            "body": {"type": "string"},
+            "priority": {"const": "normal"},
+            "cc": {"type": "string"},
+            "bcc": {"type": "string"},
+        },
+        "required": ["to", "subject"],
+        "dependentRequired": {"bcc": ["cc"]},
+    },
+}
 
-BULK = {"name": "bulk", "description": "Thirty integer fields.", "parameters": {
-    "type": "object", "additionalProperties": False,
-    "properties": {f"f{i}": {"type": "integer"} for i in range(30)}}}
+STORE = {
+    "name": "store",
+    "description": "Any JSON value.",
+    "parameters": {"type": "object", "properties": {"key": {"type": "string"}, "data": {}}, "required": ["key"]},
+}
+
+BULK = {
+    "name": "bulk",
+    "description": "Thirty integer fields.",
+    "parameters": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {f"f{i}": {"type": "integer"} for i in range(30)},
+    },
+}
 
 PING = {"name": "ping"}  # no parameters at all
 
@@ -122,11 +220,19 @@ MAIN_TOOLS = [WEATHER, FLIGHT, SEARCH, USER, CALC, ALARM, EMAIL, STORE, BULK, PI
 _NAMED_BROKEN = [
     {"name": "bad_type", "parameters": {"type": "string"}},
     {"name": "bad_schema", "parameters": {"type": "object", "properties": {"a": {"type": "nonsense"}}}},
-    {"name": "cyclic", "parameters": {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}},
-                                      "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}}},
+    {
+        "name": "cyclic",
+        "parameters": {
+            "type": "object",
+            "properties": {"x": {"$ref": "#/$defs/a"}},
+            "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+        },
+    },
     {"name": "remote", "parameters": {"type": "object", "properties": {"x": {"$ref": "https://example.com/s.json"}}}},
-    {"name": "regex", "parameters": {"type": "object", "properties": {
-        "s": {"type": "string", "pattern": "^(a|aa)+(?=b)\\1$"}}}},
+    {
+        "name": "regex",
+        "parameters": {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a|aa)+(?=b)\\1$"}}},
+    },
     {"name": "bad_desc", "description": 5, "parameters": {"type": "object"}},
     {"name": "plist_bad", "parameters": [{"type": "str"}]},
     {"name": "get_weather", "parameters": {"type": "object"}},  # defined twice: the first wins
@@ -136,20 +242,55 @@ _NAMED_BROKEN = [
 _UNNAMED_BROKEN = [{"description": "no name", "parameters": {}}, 42, {"name": "   "}]
 
 _BROKEN_CALLS = {  # a call to each named broken tool
-    "bad_type": {}, "bad_schema": {"a": 1}, "cyclic": {"x": 1}, "remote": {"x": 2},
-    "regex": {"s": "a" * 40 + "c"}, "bad_desc": {}, "plist_bad": {}, "nan_like": {}, "bfcl_bad": {"s": "x"},
+    "bad_type": {},
+    "bad_schema": {"a": 1},
+    "cyclic": {"x": 1},
+    "remote": {"x": 2},
+    "regex": {"s": "a" * 40 + "c"},
+    "bad_desc": {},
+    "plist_bad": {},
+    "nan_like": {},
+    "bfcl_bad": {"s": "x"},
 }
 
 # --- values ------------------------------------------------------------------------------------
 
 _CITIES = ["Paris", "Zürich", "São Paulo", "東京", "Москва", "Reykjavík", "New York", "Kraków", "القاهرة", "Lima"]
-_WORDS = ["flight", "weather", "ünïcödé", "emoji 🚀✈️", "naïve café", "tab\there", "line\nbreak", "quote \"q\"",
-          "back\\slash", "ctrl \x01\x1f\x7f", "sep \u2028\u2029", "zero\u200bwidth", "bidi \u202e", "<b>markup</b>",
-          "[red]rich[/red]", "\\u0041 literal", "semi;colon", "NULL", "true", "5"]
+_WORDS = [
+    "flight",
+    "weather",
+    "ünïcödé",
+    "emoji 🚀✈️",
+    "naïve café",
+    "tab\there",
+    "line\nbreak",
+    'quote "q"',
+    "back\\slash",
+    "ctrl \x01\x1f\x7f",
+    "sep \u2028\u2029",
+    "zero\u200bwidth",
+    "bidi \u202e",
+    "<b>markup</b>",
+    "[red]rich[/red]",
+    "\\u0041 literal",
+    "semi;colon",
+    "NULL",
+    "true",
+    "5",
+]
 _BIG_INTS = [2**64, 2**64 + 1, -(2**63) - 1, 10**30, 123456789012345678901234567890, -(10**40), 2**200]
 _FLOATS = [1e16, 1.5e-7, -0.0, 1.7976931348623157e308, 5e-324, 0.1, 2.5, -3.25e-10, 1e22, 123456789.125, 3.0]
-_EXOTIC_IDS = ["id \"quoted\"", "id\\back", "id\nnewline", "ïd 🚀", 'x","latency_ms":5,"y', '\\"latency_ms\\":7',
-               "ctrl\x00\x1f", "  ", "id#2"]
+_EXOTIC_IDS = [
+    'id "quoted"',
+    "id\\back",
+    "id\nnewline",
+    "ïd 🚀",
+    'x","latency_ms":5,"y',
+    '\\"latency_ms\\":7',
+    "ctrl\x00\x1f",
+    "  ",
+    "id#2",
+]
 
 
 def _text(rng: random.Random) -> str:
@@ -167,7 +308,7 @@ def _scalar(rng: random.Random) -> Any:
     if pick == 3:
         return rng.choice([True, False, None])
     if pick == 4:
-        return rng.randrange(-10**6, 10**6)
+        return rng.randrange(-(10**6), 10**6)
     if pick == 5:
         return rng.choice([2**63 - 1, 2**64 - 1, -(2**63), 10**18])  # still 64-bit: orjson writes these
     return rng.choice(_CITIES)
@@ -179,8 +320,10 @@ def _value(rng: random.Random, depth: int = 0) -> Any:
         return _scalar(rng)
     if rng.random() < 0.5:
         return [_value(rng, depth + 1) for _ in range(rng.randrange(4))]
-    return {rng.choice(["a", "b", "ключ", "k\"q", "latency_ms", "🔑", "x y"]) + str(i): _value(rng, depth + 1)
-            for i in range(rng.randrange(4))}
+    return {
+        rng.choice(["a", "b", "ключ", 'k"q', "latency_ms", "🔑", "x y"]) + str(i): _value(rng, depth + 1)
+        for i in range(rng.randrange(4))
+    }
 
 
 _DEEP = re.compile(r'"@@deep:(\d+)@@"')
@@ -232,9 +375,12 @@ def _weather_args(rng: random.Random) -> dict[str, Any]:
 
 def _flight_args(rng: random.Random, passengers: int = 2) -> dict[str, Any]:
     args: dict[str, Any] = {
-        "origin": rng.choice(["CDG", "ZRH", "GRU", "HND"]), "destination": rng.choice(["JFK", "LIM", "SVO", "KRK"]),
-        "passengers": [{"name": rng.choice(["Ana", "Bo", "Zoë", "李雷"]), "age": rng.randint(1, 90)}
-                       for _ in range(passengers)]}
+        "origin": rng.choice(["CDG", "ZRH", "GRU", "HND"]),
+        "destination": rng.choice(["JFK", "LIM", "SVO", "KRK"]),
+        "passengers": [
+            {"name": rng.choice(["Ana", "Bo", "Zoë", "李雷"]), "age": rng.randint(1, 90)} for _ in range(passengers)
+        ],
+    }
     if rng.random() < 0.5:
         args["cabin"] = rng.choice(_CABINS)
     if rng.random() < 0.3:
@@ -252,8 +398,11 @@ def _valid_call(rng: random.Random) -> tuple[str, dict[str, Any]]:
     if pick == 1:
         return "search", {"q": _text(rng), "limit": rng.randint(1, 50), "filters": {"lang": "fr"}, "tags": ["a", "b"]}
     if pick == 2:
-        return "lookup_user", {"user_id": "123e4567-e89b-12d3-a456-426614174000", "ip": "10.0.0.1",
-                               "account": rng.choice([123456789012345678901234567890, 10**25, 5])}
+        return "lookup_user", {
+            "user_id": "123e4567-e89b-12d3-a456-426614174000",
+            "ip": "10.0.0.1",
+            "account": rng.choice([123456789012345678901234567890, 10**25, 5]),
+        }
     if pick == 3:
         return "calc", {"x": rng.choice(_FLOATS), "pair": [1, 2], "meta": _value(rng), "flags": [True, False]}
     if pick == 4:
@@ -270,8 +419,9 @@ def _valid_call(rng: random.Random) -> tuple[str, dict[str, Any]]:
 def _failing_call(rng: random.Random, check: str) -> tuple[str, dict[str, Any]]:
     """A call to a main tool that fails `check` (often with a machine correction)."""
     if check == "non_existent_function":
-        return rng.choice(["get_wether", "book_fligth", "serch", "lookup_usr", "totally_unknown", "Get_Weather"]), \
-            _weather_args(rng)
+        return rng.choice(
+            ["get_wether", "book_fligth", "serch", "lookup_usr", "totally_unknown", "Get_Weather"]
+        ), _weather_args(rng)
     if check == "non_existent_parameter":
         args = _weather_args(rng)
         args[rng.choice(["citty", "units", "extra", "ключ"])] = rng.choice(["x", 1, None, 2**70])
@@ -330,8 +480,13 @@ def _many_findings(rng: random.Random) -> tuple[str, dict[str, Any]]:
 
 def _several_failing(rng: random.Random) -> tuple[str, dict[str, Any]]:
     """Wrong type, missing required, unknown name and a bad enum value in one call."""
-    return "book_flight", {"origin": 123, "passengers": [{"name": "Ana", "age": "7"}], "cabin": "Economy",
-                           "wifi": True, "seat": "99Z"}
+    return "book_flight", {
+        "origin": 123,
+        "passengers": [{"name": "Ana", "age": "7"}],
+        "cabin": "Economy",
+        "wifi": True,
+        "seat": "99Z",
+    }
 
 
 # --- histories -----------------------------------------------------------------------------------
@@ -368,9 +523,22 @@ def _history(rng: random.Random, arguments: Any, name: str) -> Any:
         return [
             {"role": "system", "content": f"You are helpful. Default region: {mention()}."},
             {"role": "user", "content": f"I need {name} with {mention()} and {mention()}, thanks!"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": cid, "type": "function", "function": {"name": "search", "arguments": json.dumps({"q": mention()})}}]},
-            {"role": "tool", "tool_call_id": cid, "content": json.dumps({"result": mention(), "n": rng.choice(_BIG_INTS)})},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": cid,
+                        "type": "function",
+                        "function": {"name": "search", "arguments": json.dumps({"q": mention()})},
+                    }
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": cid,
+                "content": json.dumps({"result": mention(), "n": rng.choice(_BIG_INTS)}),
+            },
             {"role": "assistant", "content": f"Found {mention()}."},
             {"role": "user", "content": rng.choice(_WORDS)},
         ]
@@ -378,18 +546,38 @@ def _history(rng: random.Random, arguments: Any, name: str) -> Any:
         uid = f"toolu_{rng.randrange(1000)}"
         return [
             {"role": "user", "content": [{"type": "text", "text": f"Book it for {mention()}."}, "plain string part"]},
-            {"role": "assistant", "content": [{"type": "text", "text": "Let me look."},
-                                              {"type": "tool_use", "id": uid, "name": "search", "input": {"q": mention()}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uid, "content": [
-                {"type": "text", "text": f"result: {mention()}"}, {"json": [1, 2]}]}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Let me look."},
+                    {"type": "tool_use", "id": uid, "name": "search", "input": {"q": mention()}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": uid,
+                        "content": [{"type": "text", "text": f"result: {mention()}"}, {"json": [1, 2]}],
+                    }
+                ],
+            },
             {"role": "human", "content": [{"type": "input_text", "text": mention()}]},
             {"role": "ai", "content": [{"type": "output_text", "text": "ok"}]},
             {"role": "developer", "content": mention()},
             {"role": "function", "name": "calc", "content": {"value": mention()}},
         ]
     if pick == 4:  # malformed messages: history warnings
-        return [42, {"role": "robot", "content": "beep"}, {"content": "no role"}, None, ["nested"],
-                {"role": "user", "content": f"still here: {mention()}"}, "a bare string message"]
+        return [
+            42,
+            {"role": "robot", "content": "beep"},
+            {"content": "no role"},
+            None,
+            ["nested"],
+            {"role": "user", "content": f"still here: {mention()}"},
+            "a bare string message",
+        ]
     if pick == 5:  # not a list
         return rng.choice([{"role": "user", "content": f"one message {mention()}"}, 7, True, {"unexpected": "shape"}])
     if pick == 6:  # a long conversation, the value in tool output only
@@ -400,8 +588,11 @@ def _history(rng: random.Random, arguments: Any, name: str) -> Any:
         return [{"role": "user", "content": "Do the thing."}, {"role": "assistant", "content": "Which thing?"}]
     if pick == 8:  # a message nesting too deep (skipped, with a warning), and one usable one
         return [{"role": "user", "content": mention()}, {"role": "tool", "content": _nested(120)}]
-    return [{"role": "system", "content": "sys " + mention()}, {"role": "user", "content": mention().upper()},
-            {"role": "assistant", "content": [{"type": "text", "text": mention()}]}]
+    return [
+        {"role": "system", "content": "sys " + mention()},
+        {"role": "user", "content": mention().upper()},
+        {"role": "assistant", "content": [{"type": "text", "text": mention()}]},
+    ]
 
 
 # --- rows --------------------------------------------------------------------------------------
@@ -410,11 +601,22 @@ Row = Callable[[random.Random, int], Any]
 """A row kind: (rng, index) -> a row (dict), or the line's bytes for rows that are not JSON."""
 
 
-def _row(rng: random.Random, i: int, name: str, arguments: Any, *, tools: Any = MAIN_TOOLS,
-         history: Any = None, text_ok: bool = True) -> dict[str, Any]:
-    row: dict[str, Any] = {"id": f"r{i}", "tools": tools,
-                           "history": history if history is not None else _history(rng, arguments, name),
-                           "call": _shape_call(rng, name, arguments, text_ok=text_ok)}
+def _row(
+    rng: random.Random,
+    i: int,
+    name: str,
+    arguments: Any,
+    *,
+    tools: Any = MAIN_TOOLS,
+    history: Any = None,
+    text_ok: bool = True,
+) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "id": f"r{i}",
+        "tools": tools,
+        "history": history if history is not None else _history(rng, arguments, name),
+        "call": _shape_call(rng, name, arguments, text_ok=text_ok),
+    }
     if rng.random() < 0.1:
         row = {"call": row.pop("call"), **row}  # key order does not matter
     return row
@@ -427,6 +629,7 @@ def _k_valid(rng: random.Random, i: int) -> Any:
 def _check_kind(check: str) -> Row:
     def kind(rng: random.Random, i: int) -> Any:
         return _row(rng, i, *_failing_call(rng, check))
+
     kind.__name__ = f"_k_{check}"
     return kind
 
@@ -531,18 +734,31 @@ def _k_deep_ok(rng: random.Random, i: int) -> Any:
 
 def _k_special_values(rng: random.Random, i: int) -> Any:
     """Integers beyond 64 bits next to floats and text the writers treat differently."""
-    data = {"big": rng.choice(_BIG_INTS), "floats": rng.sample(_FLOATS, 4), "text": rng.sample(_WORDS, 4),
-            "mixed": _value(rng)}
-    return _row(rng, i, rng.choice(["store", "calc"]) if rng.random() < 0.2 else "store",
-                {"key": rng.choice(_WORDS), "data": data})
+    data = {
+        "big": rng.choice(_BIG_INTS),
+        "floats": rng.sample(_FLOATS, 4),
+        "text": rng.sample(_WORDS, 4),
+        "mixed": _value(rng),
+    }
+    return _row(
+        rng,
+        i,
+        rng.choice(["store", "calc"]) if rng.random() < 0.2 else "store",
+        {"key": rng.choice(_WORDS), "data": data},
+    )
 
 
 def _k_parallel(rng: random.Random, i: int) -> Any:
     """Several calls: a list, a "tool_calls" field, an assistant message (OpenAI or Anthropic)."""
     calls = []
     for _ in range(rng.randint(2, 4)):
-        name, arguments = _valid_call(rng) if rng.random() < 0.5 else _failing_call(
-            rng, rng.choice(["incorrect_parameter_type", "non_existent_function", "allowed_values_violation"]))
+        name, arguments = (
+            _valid_call(rng)
+            if rng.random() < 0.5
+            else _failing_call(
+                rng, rng.choice(["incorrect_parameter_type", "non_existent_function", "allowed_values_violation"])
+            )
+        )
         calls.append((name, arguments))
     history = _history(rng, calls[0][1], calls[0][0])
     row: dict[str, Any] = {"id": f"r{i}", "tools": MAIN_TOOLS, "history": history}
@@ -552,12 +768,20 @@ def _k_parallel(rng: random.Random, i: int) -> Any:
     elif pick == 1:
         row["tool_calls"] = [_shape_call(rng, n, a, text_ok=False) for n, a in calls]
     elif pick == 2:
-        row["call"] = {"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"c{j}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
-            for j, (n, a) in enumerate(calls)]}
+        row["call"] = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": f"c{j}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+                for j, (n, a) in enumerate(calls)
+            ],
+        }
     elif pick == 3:
-        row["call"] = {"role": "assistant", "content": [{"type": "text", "text": "calling"}] + [
-            {"type": "tool_use", "id": f"tu{j}", "name": n, "input": a} for j, (n, a) in enumerate(calls)]}
+        row["call"] = {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "calling"}]
+            + [{"type": "tool_use", "id": f"tu{j}", "name": n, "input": a} for j, (n, a) in enumerate(calls)],
+        }
     elif pick == 4:
         row["call"] = {"tool_calls": [_shape_call(rng, n, a, text_ok=False) for n, a in calls]}
     else:  # parallel calls with a broken one among them, and as JSON text of a list
@@ -654,35 +878,47 @@ def _k_id_object(rng: random.Random, i: int) -> Any:
 
 def _k_not_json(rng: random.Random, i: int) -> Any:
     """Lines that are not JSON, and one that repeats a key (returned as bytes)."""
-    return rng.choice([
-        b'{"id": "broken", "call": ',
-        b"not json at all",
-        b'{"id": "x", "call": {"name": "ping"}} trailing',
-        b'{"id": "nan", "call": {"name": "calc", "arguments": {"x": NaN}}}',
-        b'{"id": "inf", "call": {"name": "calc", "arguments": {"x": Infinity}}}',
-        b'{"id": "dup-key", "id": "second", "call": {"name": "ping"}}',
-        b'{"id": "surrogate\\ud800", "call": {"name": "ping"}}',
-        b'{"id": "big", "call": {"name": "calc", "arguments": {"x": ' + b"9" * 5000 + b"}}}",
-        b"[" * 1500 + b"]" * 1500,
-        b'{"id": "x", "call": {"name": "ping"}',
-        b"\x00",
-    ])
+    return rng.choice(
+        [
+            b'{"id": "broken", "call": ',
+            b"not json at all",
+            b'{"id": "x", "call": {"name": "ping"}} trailing',
+            b'{"id": "nan", "call": {"name": "calc", "arguments": {"x": NaN}}}',
+            b'{"id": "inf", "call": {"name": "calc", "arguments": {"x": Infinity}}}',
+            b'{"id": "dup-key", "id": "second", "call": {"name": "ping"}}',
+            b'{"id": "surrogate\\ud800", "call": {"name": "ping"}}',
+            b'{"id": "big", "call": {"name": "calc", "arguments": {"x": ' + b"9" * 5000 + b"}}}",
+            b"[" * 1500 + b"]" * 1500,
+            b'{"id": "x", "call": {"name": "ping"}',
+            b"\x00",
+        ]
+    )
 
 
 def _k_not_utf8(rng: random.Random, i: int) -> Any:
     """Lines with bytes that are not UTF-8 (returned as bytes)."""
-    return rng.choice([
-        b'{"id": "bad-utf8-\xff\xfe", "call": {"name": "ping"}}',
-        b'{"id": "latin1-caf\xe9", "call": {"name": "ping"}}',
-        b'{"id": "overlong", "call": {"name": "p\xc0\xafng"}}',
-    ])
+    return rng.choice(
+        [
+            b'{"id": "bad-utf8-\xff\xfe", "call": {"name": "ping"}}',
+            b'{"id": "latin1-caf\xe9", "call": {"name": "ping"}}',
+            b'{"id": "overlong", "call": {"name": "p\xc0\xafng"}}',
+        ]
+    )
 
 
 KINDS: dict[str, Row] = {
     "valid": _k_valid,
-    **{check: _check_kind(check) for check in (
-        "non_existent_function", "non_existent_parameter", "incorrect_parameter_type",
-        "missing_required_parameter", "allowed_values_violation", "json_schema_violation")},
+    **{
+        check: _check_kind(check)
+        for check in (
+            "non_existent_function",
+            "non_existent_parameter",
+            "incorrect_parameter_type",
+            "missing_required_parameter",
+            "allowed_values_violation",
+            "json_schema_violation",
+        )
+    },
     "many_findings": _k_many_findings,
     "several_failing": _k_several_failing,
     "empty_spec": _k_empty_spec,
@@ -707,8 +943,17 @@ KINDS: dict[str, Row] = {
 }
 """Every row kind, by name. The first `len(KINDS)` lines of a corpus are one of each."""
 
-_WEIGHTS = {"valid": 12, "special_values": 4, "parallel": 4, "call_errors": 3, "tool_shapes": 3,
-            "exotic_id": 3, "duplicate": 2, "not_json": 2, "broken_named": 2}
+_WEIGHTS = {
+    "valid": 12,
+    "special_values": 4,
+    "parallel": 4,
+    "call_errors": 3,
+    "tool_shapes": 3,
+    "exotic_id": 3,
+    "duplicate": 2,
+    "not_json": 2,
+    "broken_named": 2,
+}
 
 
 def _encode(rng: random.Random, row: Any) -> bytes:

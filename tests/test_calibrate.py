@@ -29,8 +29,15 @@ runner = CliRunner()
 BASE_URL = "http://calibration-judge.test/v1"
 HAL = "general_hallucination_check"
 SHIPPED = Path(__file__).resolve().parents[1] / "examples" / "labeled.jsonl"
-TOOLS = [{"type": "function", "function": {"name": "refund", "parameters": {
-    "type": "object", "required": ["order_id"], "properties": {"order_id": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "refund",
+            "parameters": {"type": "object", "required": ["order_id"], "properties": {"order_id": {"type": "string"}}},
+        },
+    }
+]
 
 # order id -> (label valid, hallucination score, confidence); None: the judge fails on that row.
 SCRIPT = {
@@ -47,13 +54,26 @@ SCRIPT = {
 
 
 def labelled_rows() -> list[dict]:
-    rows = [{"id": oid, "tools": TOOLS, "history": f"Please refund order {oid}",
-             "call": {"name": "refund", "arguments": {"order_id": oid}},
-             "label": {"valid": valid, "checks": {} if valid else {HAL: False}}}
-            for oid, (valid, _, _) in SCRIPT.items()]
+    rows = [
+        {
+            "id": oid,
+            "tools": TOOLS,
+            "history": f"Please refund order {oid}",
+            "call": {"name": "refund", "arguments": {"order_id": oid}},
+            "label": {"valid": valid, "checks": {} if valid else {HAL: False}},
+        }
+        for oid, (valid, _, _) in SCRIPT.items()
+    ]
     # A static failure: the judge is never asked, and overall_valid blocks it whatever the thresholds.
-    rows.append({"id": "A9", "tools": TOOLS, "history": "Please refund order 9", "call": {
-        "name": "refund", "arguments": {"order_id": 9}}, "label": {"valid": False, "checks": {"incorrect_parameter_type": False}}})
+    rows.append(
+        {
+            "id": "A9",
+            "tools": TOOLS,
+            "history": "Please refund order 9",
+            "call": {"name": "refund", "arguments": {"order_id": 9}},
+            "label": {"valid": False, "checks": {"incorrect_parameter_type": False}},
+        }
+    )
     return rows
 
 
@@ -72,8 +92,10 @@ class ScriptedJudge:
         _, score, confidence = SCRIPT[order]
         if score is None:
             return httpx.Response(500, json={"error": {"message": "scripted failure"}})
-        reply = {name: check_reply(score, confidence=confidence) if name == HAL else check_reply(5)
-                 for name in requested_checks(body)}
+        reply = {
+            name: check_reply(score, confidence=confidence) if name == HAL else check_reply(5)
+            for name in requested_checks(body)
+        }
         return httpx.Response(200, json=completion(dumps(reply), body))
 
     def __enter__(self):
@@ -98,8 +120,10 @@ def labelled_file(tmp_path):
 @pytest.fixture
 def config_file(tmp_path):
     path = tmp_path / "config.yaml"
-    path.write_text(f"judge:\n  base_url: {BASE_URL}\n  model: scripted\n  api_key: test-key\n"
-                    "  max_attempts: 2\n  retry_max_wait: 0\n")
+    path.write_text(
+        f"judge:\n  base_url: {BASE_URL}\n  model: scripted\n  api_key: test-key\n"
+        "  max_attempts: 2\n  retry_max_wait: 0\n"
+    )
     return path
 
 
@@ -115,16 +139,21 @@ async def test_counts_at_the_config_thresholds_treat_invalid_as_the_positive_cla
     overall = report.metrics["overall_valid"]
     assert overall.confusion.model_dump() == {"tp": 4, "fp": 2, "tn": 2, "fn": 1}
     assert report.metrics["incorrect_parameter_type"].confusion.model_dump() == {"tp": 1, "fp": 0, "tn": 5, "fn": 0}
-    assert report.excluded == {"error": 0, f"judge_error:{HAL}": 1, **{
-        f"judge_error:{name}": 1 for name in SEMANTIC_CHECKS if name != HAL}}
+    assert report.excluded == {
+        "error": 0,
+        f"judge_error:{HAL}": 1,
+        **{f"judge_error:{name}": 1 for name in SEMANTIC_CHECKS if name != HAL},
+    }
 
 
 async def test_sweep_covers_every_threshold_and_cutoff_with_the_exact_counts(labelled_file):
     config = ReflectionConfig(judge=judge_config())
     with ScriptedJudge():
         observations = await observe(read_labeled(labelled_file), config=config)
-    sweep = {(row.threshold, row.confidence_cutoff): (row.tp, row.fp, row.tn, row.fn)
-             for row in calibrate(observations, config).metrics[HAL].sweep}
+    sweep = {
+        (row.threshold, row.confidence_cutoff): (row.tp, row.fp, row.tn, row.fn)
+        for row in calibrate(observations, config).metrics[HAL].sweep
+    }
     assert len(sweep) == 5 * 6
     assert sweep[1, 0.0] == (0, 0, 4, 4)  # threshold 1 never blocks
     assert sweep[2, 0.0] == (1, 0, 4, 3)
@@ -143,29 +172,39 @@ async def test_suggestions_for_best_f1_and_for_a_false_block_target(labelled_fil
     assert best.thresholds[HAL] == 5 and best.uncertain_below == 0.6
     assert best.metrics[HAL].suggested_threshold == 5
     assert best.metrics["overall_valid"].suggested_threshold == {
-        "thresholds": best.thresholds, "uncertain_below": 0.6, "target": None,
-        "precision": 0.8333, "recall": 1.0, "false_block_rate": 0.25, "met_target": True}
+        "thresholds": best.thresholds,
+        "uncertain_below": 0.6,
+        "target": None,
+        "precision": 0.8333,
+        "recall": 1.0,
+        "false_block_rate": 0.25,
+        "met_target": True,
+    }
     strict = calibrate(observations, config, max_false_block=0.0)
     assert strict.thresholds[HAL] == 3 and strict.uncertain_below == 0.6
     suggested = strict.metrics["overall_valid"].suggested_threshold
     assert (suggested["precision"], suggested["recall"], suggested["false_block_rate"]) == (1.0, 0.6, 0.0)
     # checks with no invalid labels keep the config's thresholds
     assert {k: v for k, v in strict.thresholds.items() if k != HAL} == {
-        k: v for k, v in config.thresholds.items() if k != HAL}
+        k: v for k, v in config.thresholds.items() if k != HAL
+    }
     assert "uncertain_below: 0.6\n" in strict.snippet() and f"  {HAL}: 3\n" in strict.snippet()
 
 
 def observation(rid: str, valid: bool, **scores: int) -> Observation:
     checks = {name: score >= 3 for name, score in scores.items()} if not valid else {}
-    return Observation(row=LabeledRow(rid, {}, valid, checks), static_passed=dict.fromkeys(STATIC_CHECKS, True),
-                       scores={name: ((score, 0.9),) for name, score in scores.items()})
+    return Observation(
+        row=LabeledRow(rid, {}, valid, checks),
+        static_passed=dict.fromkeys(STATIC_CHECKS, True),
+        scores={name: ((score, 0.9),) for name, score in scores.items()},
+    )
 
 
 def test_a_target_the_checks_meet_one_by_one_but_not_together_lowers_a_threshold():
     a, b = "general_hallucination_check", "function_selection_appropriateness"
     observations = [
-        observation("v1", True, **{a: 2, b: 5}),   # a false block by a alone
-        observation("v2", True, **{a: 5, b: 2}),   # a false block by b alone
+        observation("v1", True, **{a: 2, b: 5}),  # a false block by a alone
+        observation("v2", True, **{a: 5, b: 2}),  # a false block by b alone
         observation("v3", True, **{a: 5, b: 5}),
         observation("v4", True, **{a: 5, b: 5}),
         observation("i1", False, **{a: 2, b: 5}),
@@ -182,8 +221,16 @@ def test_a_target_the_checks_meet_one_by_one_but_not_together_lowers_a_threshold
 
 def test_rerun_asks_the_judge_nothing_and_writes_exactly_the_named_fields(tmp_path, labelled_file, config_file):
     report_path, snippet_path = tmp_path / "report.json", tmp_path / "suggested.yaml"
-    args = ["calibrate", str(labelled_file), "-o", str(report_path), "--config", str(config_file),
-            "--snippet", str(snippet_path)]
+    args = [
+        "calibrate",
+        str(labelled_file),
+        "-o",
+        str(report_path),
+        "--config",
+        str(config_file),
+        "--snippet",
+        str(snippet_path),
+    ]
     with ScriptedJudge() as judge:
         first = runner.invoke(app, args)
         asked = judge.requests
@@ -208,8 +255,19 @@ def test_rerun_asks_the_judge_nothing_and_writes_exactly_the_named_fields(tmp_pa
 def test_plots_write_one_png_per_swept_metric(tmp_path, labelled_file, config_file):
     pytest.importorskip("matplotlib", reason="the plots extra (matplotlib) is not installed")
     with ScriptedJudge():
-        result = runner.invoke(app, ["calibrate", str(labelled_file), "-o", str(tmp_path / "r.json"),
-                                     "--config", str(config_file), "--plots", str(tmp_path / "plots")])
+        result = runner.invoke(
+            app,
+            [
+                "calibrate",
+                str(labelled_file),
+                "-o",
+                str(tmp_path / "r.json"),
+                "--config",
+                str(config_file),
+                "--plots",
+                str(tmp_path / "plots"),
+            ],
+        )
     assert result.exit_code == 0, result.output
     pngs = sorted(p.name for p in (tmp_path / "plots").iterdir())
     assert pngs == ["general_hallucination_check.png", "overall_valid.png"]
@@ -221,19 +279,31 @@ def test_unusable_labels_exit_2_listing_every_problem_and_write_nothing(tmp_path
     rows = [
         {"id": "ok", "tools": TOOLS, "call": {"name": "refund", "arguments": {}}, "label": {"valid": True}},
         {"id": "no-label", "tools": TOOLS, "call": {"name": "refund", "arguments": {}}},
-        {"id": "typo", "tools": TOOLS, "call": {"name": "refund", "arguments": {}},
-         "label": {"valid": False, "checks": {"hallucination": False}}},
-        {"id": "contradiction", "tools": TOOLS, "call": {"name": "refund", "arguments": {}},
-         "label": {"valid": True, "checks": {HAL: False}}},
+        {
+            "id": "typo",
+            "tools": TOOLS,
+            "call": {"name": "refund", "arguments": {}},
+            "label": {"valid": False, "checks": {"hallucination": False}},
+        },
+        {
+            "id": "contradiction",
+            "tools": TOOLS,
+            "call": {"name": "refund", "arguments": {}},
+            "label": {"valid": True, "checks": {HAL: False}},
+        },
         {"id": "ok", "tools": TOOLS, "call": {"name": "refund", "arguments": {}}, "label": {"valid": True}},
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "not json\n")
     result = runner.invoke(app, ["calibrate", str(path), "-o", str(tmp_path / "r.json")])
     assert result.exit_code == 2
     assert "6 unusable" not in result.stderr and "5 unusable labelled row(s)" in result.stderr
-    for expected in ('line 2 (id \'no-label\'): no "label" object', "unknown check(s) ['hallucination']",
-                     "labelled valid but with failing check(s) ['general_hallucination_check']",
-                     "line 5: duplicate id 'ok'", "line 6:"):
+    for expected in (
+        "line 2 (id 'no-label'): no \"label\" object",
+        "unknown check(s) ['hallucination']",
+        "labelled valid but with failing check(s) ['general_hallucination_check']",
+        "line 5: duplicate id 'ok'",
+        "line 6:",
+    ):
         assert expected in result.stderr
     assert not (tmp_path / "r.json").exists()
     with pytest.raises(LabelError, match="no labelled rows"):
@@ -241,8 +311,20 @@ def test_unusable_labels_exit_2_listing_every_problem_and_write_nothing(tmp_path
 
 
 def test_a_judge_that_cannot_answer_at_all_exits_2_without_a_report(tmp_path, labelled_file):
-    result = runner.invoke(app, ["calibrate", str(labelled_file), "-o", str(tmp_path / "r.json"),
-                                 "--base-url", "http://127.0.0.1:9/v1", "--model", "nobody", "--no-cache"])
+    result = runner.invoke(
+        app,
+        [
+            "calibrate",
+            str(labelled_file),
+            "-o",
+            str(tmp_path / "r.json"),
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "nobody",
+            "--no-cache",
+        ],
+    )
     assert result.exit_code == 2
     assert "error: judge http://127.0.0.1:9/v1/chat/completions: connection refused" in result.stderr
     assert not (tmp_path / "r.json").exists()
@@ -251,15 +333,28 @@ def test_a_judge_that_cannot_answer_at_all_exits_2_without_a_report(tmp_path, la
 def test_plots_without_matplotlib_exit_2_before_reflecting_anything(tmp_path, labelled_file, config_file, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the plots extra were not installed
     with ScriptedJudge() as judge:
-        result = runner.invoke(app, ["calibrate", str(labelled_file), "-o", str(tmp_path / "r.json"),
-                                     "--config", str(config_file), "--plots", str(tmp_path / "plots")])
+        result = runner.invoke(
+            app,
+            [
+                "calibrate",
+                str(labelled_file),
+                "-o",
+                str(tmp_path / "r.json"),
+                "--config",
+                str(config_file),
+                "--plots",
+                str(tmp_path / "plots"),
+            ],
+        )
     assert result.exit_code == 2 and judge.requests == 0
     assert "--plots needs matplotlib: pip install 'toolcall-reflection[plots]'" in result.stderr
 
 
 def test_row_ids_reach_the_terminal_without_control_characters(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps({"id": "\x1b[2Jboom", "tools": TOOLS, "call": {"name": "refund", "arguments": {}}}) + "\n")
+    path.write_text(
+        json.dumps({"id": "\x1b[2Jboom", "tools": TOOLS, "call": {"name": "refund", "arguments": {}}}) + "\n"
+    )
     result = runner.invoke(app, ["calibrate", str(path), "-o", str(tmp_path / "r.json")])
     assert result.exit_code == 2 and "boom" in result.stderr and "\x1b" not in result.stderr
 
@@ -311,12 +406,20 @@ def plotted(report):
 
 def few_blocks_report():
     """A check that blocks nothing at thresholds 1 to 3 (every score is 3 or more)."""
-    def invalid(rid, score):
-        return Observation(row=LabeledRow(rid, {}, False, {HAL: False}),
-                           static_passed=dict.fromkeys(STATIC_CHECKS, True), scores={HAL: ((score, 0.9),)})
 
-    observations = [observation("v1", True, **{HAL: 5}), observation("v2", True, **{HAL: 3}),
-                    invalid("i1", 3), invalid("i2", 4)]
+    def invalid(rid, score):
+        return Observation(
+            row=LabeledRow(rid, {}, False, {HAL: False}),
+            static_passed=dict.fromkeys(STATIC_CHECKS, True),
+            scores={HAL: ((score, 0.9),)},
+        )
+
+    observations = [
+        observation("v1", True, **{HAL: 5}),
+        observation("v2", True, **{HAL: 3}),
+        invalid("i1", 3),
+        invalid("i2", 4),
+    ]
     return calibrate(observations, ReflectionConfig(checks=[HAL], thresholds={HAL: 4}))
 
 
@@ -355,10 +458,15 @@ def test_the_lines_differ_in_style_and_marker_and_let_the_others_show_through():
 
 def test_every_plot_marks_its_suggested_threshold():
     a, b = "general_hallucination_check", "function_selection_appropriateness"
-    observations = [observation("v1", True, **{a: 2, b: 5}), observation("v2", True, **{a: 5, b: 2}),
-                    observation("v3", True, **{a: 5, b: 5}), observation("v4", True, **{a: 5, b: 5}),
-                    observation("i1", False, **{a: 2, b: 5}), observation("i2", False, **{a: 5, b: 2}),
-                    observation("i3", False, **{a: 2, b: 2})]
+    observations = [
+        observation("v1", True, **{a: 2, b: 5}),
+        observation("v2", True, **{a: 5, b: 2}),
+        observation("v3", True, **{a: 5, b: 5}),
+        observation("v4", True, **{a: 5, b: 5}),
+        observation("i1", False, **{a: 2, b: 5}),
+        observation("i2", False, **{a: 5, b: 2}),
+        observation("i3", False, **{a: 2, b: 2}),
+    ]
     report = calibrate(observations, ReflectionConfig(checks=[a, b], thresholds={a: 3, b: 3}), max_false_block=0.25)
     figures = plotted(report)
     assert set(figures) == {"overall_valid", a, b}
@@ -375,8 +483,11 @@ def test_every_plot_marks_its_suggested_threshold():
 
 def test_a_line_with_no_value_at_any_threshold_says_why_in_its_legend():
     def valid(rid, score):  # labelled for the check, as passing it
-        return Observation(row=LabeledRow(rid, {}, True, {HAL: True}),
-                           static_passed=dict.fromkeys(STATIC_CHECKS, True), scores={HAL: ((score, 0.9),)})
+        return Observation(
+            row=LabeledRow(rid, {}, True, {HAL: True}),
+            static_passed=dict.fromkeys(STATIC_CHECKS, True),
+            scores={HAL: ((score, 0.9),)},
+        )
 
     observations = [valid("v1", 5), valid("v2", 2)]
     _, lines = plotted(calibrate(observations, ReflectionConfig(checks=[HAL])))[HAL]

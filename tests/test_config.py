@@ -26,12 +26,22 @@ def test_environment_overrides_the_file_and_keywords_override_both(tmp_path, mon
 
 def test_partial_thresholds_keep_the_other_defaults():
     assert ReflectionConfig(thresholds={"general_hallucination_check": 5}).thresholds == {
-        "general_hallucination_check": 5, "general_value_format_alignment": 4,
-        "function_selection_appropriateness": 3, "agentic_constraints_satisfaction": 3}
+        "general_hallucination_check": 5,
+        "general_value_format_alignment": 4,
+        "function_selection_appropriateness": 3,
+        "agentic_constraints_satisfaction": 3,
+    }
 
 
-@pytest.mark.parametrize("bad", [{"checks": ["made_up_check"]}, {"thresholds": {"general_hallucination_check": 6}},
-                                 {"mode": "sometimes"}, {"unknown_key": 1}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"checks": ["made_up_check"]},
+        {"thresholds": {"general_hallucination_check": 6}},
+        {"mode": "sometimes"},
+        {"unknown_key": 1},
+    ],
+)
 def test_invalid_settings_are_rejected_with_a_message(bad):
     with pytest.raises(ValidationError):
         ReflectionConfig(**bad)

@@ -23,14 +23,18 @@ SCHEMA = {
         "level": {"enum": [1, 2, 3]},
         "tags": {"type": "array", "items": {"type": "string"}},
         "ids": {"type": "array", "items": {"type": "integer"}},
-        "stops": {"type": "array", "items": {"type": "object", "properties": {
-            "qty": {"type": "integer"}, "label": {"type": "string"}}}},
+        "stops": {
+            "type": "array",
+            "items": {"type": "object", "properties": {"qty": {"type": "integer"}, "label": {"type": "string"}}},
+        },
         "age": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
     },
     "required": ["city"],
 }
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": SCHEMA}},
-         {"type": "function", "function": {"name": "search_hotels", "parameters": SCHEMA}}]
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": SCHEMA}},
+    {"type": "function", "function": {"name": "search_hotels", "parameters": SCHEMA}},
+]
 
 
 def corrected(arguments: dict, name: str = "get_weather", tools: list | None = None) -> tuple[ToolCall | None, tuple]:
@@ -41,19 +45,23 @@ def corrected(arguments: dict, name: str = "get_weather", tools: list | None = N
     return result.correction, result.correction_notes
 
 
-@pytest.mark.parametrize(("given", "fixed"), [
-    ({"days": "5"}, {"days": 5}),
-    ({"days": " 5 "}, {"days": 5}),
-    ({"days": "5.0"}, {"days": 5}),
-    ({"ratio": "2.5"}, {"ratio": 2.5}),
-    ({"ratio": "-3"}, {"ratio": -3}),
-    ({"metric": "true"}, {"metric": True}),
-    ({"metric": "False"}, {"metric": False}),
-    ({"zip": 75001}, {"zip": "75001"}),
-    ({"zip": 7.5}, {"zip": "7.5"}),
-    ({"zip": True}, {"zip": "true"}),
-    ({"age": "40"}, {"age": 40}),
-], ids=lambda v: repr(v))
+@pytest.mark.parametrize(
+    ("given", "fixed"),
+    [
+        ({"days": "5"}, {"days": 5}),
+        ({"days": " 5 "}, {"days": 5}),
+        ({"days": "5.0"}, {"days": 5}),
+        ({"ratio": "2.5"}, {"ratio": 2.5}),
+        ({"ratio": "-3"}, {"ratio": -3}),
+        ({"metric": "true"}, {"metric": True}),
+        ({"metric": "False"}, {"metric": False}),
+        ({"zip": 75001}, {"zip": "75001"}),
+        ({"zip": 7.5}, {"zip": "7.5"}),
+        ({"zip": True}, {"zip": "true"}),
+        ({"age": "40"}, {"age": 40}),
+    ],
+    ids=lambda v: repr(v),
+)
 def test_scalar_type_is_coerced(given, fixed):
     correction, notes = corrected({"city": "Paris", **given})
     assert correction is not None and correction.arguments == {"city": "Paris", **fixed}
@@ -70,7 +78,7 @@ def test_coercion_at_depth_inside_array_items():
 def test_scalar_is_wrapped_where_an_array_is_expected():
     correction, notes = corrected({"city": "Paris", "tags": "sunny"})
     assert correction is not None and correction.arguments["tags"] == ["sunny"]
-    assert notes == ("$.tags: wrapped \"sunny\" in an array",)
+    assert notes == ('$.tags: wrapped "sunny" in an array',)
 
 
 def test_wrapped_scalar_items_are_then_coerced():
@@ -110,7 +118,10 @@ def test_function_typo_with_one_close_tool_is_renamed():
 
 def test_function_typo_and_argument_fix_together():
     correction, notes = corrected({"city": "Paris", "days": "3"}, name="Get_Weather")
-    assert correction is not None and (correction.name, correction.arguments) == ("get_weather", {"city": "Paris", "days": 3})
+    assert correction is not None and (correction.name, correction.arguments) == (
+        "get_weather",
+        {"city": "Paris", "days": 3},
+    )
     assert len(notes) == 2
 
 
@@ -162,14 +173,21 @@ def test_closest_name_needs_exactly_one_candidate():
     assert closest_name("weather", ["get_weather"]) is None
 
 
-_LOOSE_SCALARS = (st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from([1.0, 2.5, -0.0])
-                  | st.text(alphabet="aAbB 12.tru", max_size=5))
+_LOOSE_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 3)
+    | st.sampled_from([1.0, 2.5, -0.0])
+    | st.text(alphabet="aAbB 12.tru", max_size=5)
+)
 
 
 @pytest.mark.slow
 @settings(max_examples=300, deadline=None)
-@given(value=_LOOSE_SCALARS | st.lists(st.integers(), max_size=1),
-       options=st.lists(_LOOSE_SCALARS | st.lists(st.integers(), max_size=1), max_size=8))
+@given(
+    value=_LOOSE_SCALARS | st.lists(st.integers(), max_size=1),
+    options=st.lists(_LOOSE_SCALARS | st.lists(st.integers(), max_size=1), max_size=8),
+)
 def test_the_enum_index_finds_exactly_the_loosely_equal_options(value, options):
     options = tuple(options)
     linear = [o for o in options if _loosely_equal(value, o)]

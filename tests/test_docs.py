@@ -36,11 +36,28 @@ def site(tmp_path_factory) -> Path:
     """The site, built as CI builds it: `mkdocs build --strict` (a warning is an error)."""
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
-                          "--site-dir", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-                         check=False)
-    assert run.returncode == 0, ("mkdocs build --strict failed (pip install -e \".[docs]\" for mkdocs):\n"
-                                 + run.stdout + run.stderr)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, (
+        'mkdocs build --strict failed (pip install -e ".[docs]" for mkdocs):\n' + run.stdout + run.stderr
+    )
     return out
 
 

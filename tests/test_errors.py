@@ -29,8 +29,18 @@ ERRORS = {
     "Refused": (Exception, ["reflection.service._dialects"]),
 }
 
-EXPORTED = ["ReflectionError", "ConfigError", "JudgeError", "JudgeFatalError", "LabelError",
-            "NotAResultRow", "OutputCorrupt", "OutputLocked", "RowError", "RowProblem"]
+EXPORTED = [
+    "ReflectionError",
+    "ConfigError",
+    "JudgeError",
+    "JudgeFatalError",
+    "LabelError",
+    "NotAResultRow",
+    "OutputCorrupt",
+    "OutputLocked",
+    "RowError",
+    "RowProblem",
+]
 
 
 @pytest.mark.parametrize("name", sorted(ERRORS))
@@ -42,7 +52,9 @@ def test_each_error_is_a_reflection_error_with_its_historic_base(name):
     assert cls.__module__ == "reflection.errors"
 
 
-@pytest.mark.parametrize(("name", "home"), [(name, home) for name, (_, homes) in sorted(ERRORS.items()) for home in homes])
+@pytest.mark.parametrize(
+    ("name", "home"), [(name, home) for name, (_, homes) in sorted(ERRORS.items()) for home in homes]
+)
 def test_the_old_import_paths_give_the_same_class(name, home):
     try:
         module = importlib.import_module(home)
@@ -95,7 +107,9 @@ def test_old_except_clauses_still_catch():
 
 def test_the_errors_module_is_the_base_layer():
     # Importing it loads nothing else of reflection's (the package's own __init__ aside).
-    code = ("import sys, reflection.errors\n"
-            "print(sorted(m for m in sys.modules if m.startswith('reflection.') and m != 'reflection._lazy'))")
+    code = (
+        "import sys, reflection.errors\n"
+        "print(sorted(m for m in sys.modules if m.startswith('reflection.') and m != 'reflection._lazy'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['reflection.errors']"

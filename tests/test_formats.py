@@ -24,9 +24,17 @@ def test_tool_shapes_normalise_to_the_same_schema(raw, fmt):
 
 
 def test_bfcl_type_names_map_to_json_schema_at_any_depth():
-    raw = {"name": "f", "parameters": {"type": "dict", "properties": {
-        "x": {"type": "float"}, "t": {"type": "tuple", "items": {"type": "any"}},
-        "o": {"type": "dict", "properties": {"n": {"type": "int"}}}}}}
+    raw = {
+        "name": "f",
+        "parameters": {
+            "type": "dict",
+            "properties": {
+                "x": {"type": "float"},
+                "t": {"type": "tuple", "items": {"type": "any"}},
+                "o": {"type": "dict", "properties": {"n": {"type": "int"}}},
+            },
+        },
+    }
     params = normalize_tools([raw]).tools[0].parameters
     assert params["type"] == "object"
     assert params["properties"]["x"] == {"type": "number"}
@@ -35,13 +43,20 @@ def test_bfcl_type_names_map_to_json_schema_at_any_depth():
 
 
 def test_parameter_list_form_builds_properties_and_required():
-    raw = {"name": "read_file", "parameters": [
-        {"name": "file_path", "type": "str", "required": True},
-        {"name": "limit", "type": "int", "required": False, "default": 10}]}
+    raw = {
+        "name": "read_file",
+        "parameters": [
+            {"name": "file_path", "type": "str", "required": True},
+            {"name": "limit", "type": "int", "required": False, "default": 10},
+        ],
+    }
     tool = normalize_tools([raw]).tools[0]
     assert tool.source_format == "parameter_list"
-    assert tool.parameters == {"type": "object", "properties": {"file_path": {"type": "string"},
-                               "limit": {"type": "integer", "default": 10}}, "required": ["file_path"]}
+    assert tool.parameters == {
+        "type": "object",
+        "properties": {"file_path": {"type": "string"}, "limit": {"type": "integer", "default": 10}},
+        "required": ["file_path"],
+    }
 
 
 def test_broken_spec_is_a_problem_not_an_exception():
@@ -68,7 +83,13 @@ def test_duplicate_tool_names_keep_the_first_and_report():
 
 def test_openai_call_with_string_arguments():
     call = normalize_call({"id": "c1", "type": "function", "function": {"name": "w", "arguments": '{"city": "Oslo"}'}})
-    assert (call.id, call.name, call.arguments, call.raw_arguments, call.error) == ("c1", "w", {"city": "Oslo"}, '{"city": "Oslo"}', None)
+    assert (call.id, call.name, call.arguments, call.raw_arguments, call.error) == (
+        "c1",
+        "w",
+        {"city": "Oslo"},
+        '{"city": "Oslo"}',
+        None,
+    )
 
 
 def test_openai_call_with_object_arguments():
@@ -106,19 +127,27 @@ def test_python_nan_in_arguments_is_a_data_error():
 
 def test_big_integers_survive_exactly():
     assert normalize_call({"name": "w", "arguments": '{"n": 123456789012345678901234567890}'}).arguments == {
-        "n": 123456789012345678901234567890}
+        "n": 123456789012345678901234567890
+    }
 
 
 def test_assistant_message_with_tool_calls_gives_each_call():
-    message = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "a", "type": "function", "function": {"name": "x", "arguments": "{}"}},
-        {"id": "b", "type": "function", "function": {"name": "y", "arguments": "{}"}}]}
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "x", "arguments": "{}"}},
+            {"id": "b", "type": "function", "function": {"name": "y", "arguments": "{}"}},
+        ],
+    }
     assert [c.name for c in normalize_calls(message)] == ["x", "y"]
 
 
 def test_anthropic_assistant_message_gives_its_tool_use_blocks():
-    message = {"role": "assistant", "content": [{"type": "text", "text": "hm"},
-                                                {"type": "tool_use", "id": "t", "name": "x", "input": {}}]}
+    message = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "hm"}, {"type": "tool_use", "id": "t", "name": "x", "input": {}}],
+    }
     assert [c.name for c in normalize_calls(message)] == ["x"]
 
 
@@ -143,24 +172,39 @@ def test_bare_string_history_is_one_user_message():
 
 
 def test_openai_history_keeps_tool_calls_and_names_tool_results():
-    history = normalize_history([
-        {"role": "system", "content": "be nice"},
-        {"role": "user", "content": "weather?"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
-                                                                "function": {"name": "w", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
-    ])
+    history = normalize_history(
+        [
+            {"role": "system", "content": "be nice"},
+            {"role": "user", "content": "weather?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        ]
+    )
     assert [m.role for m in history.messages] == ["system", "user", "assistant", "tool"]
     assert history.messages[2].tool_calls[0].name == "w"
     assert (history.messages[3].tool_call_id, history.messages[3].name) == ("c1", "w")
 
 
 def test_anthropic_content_blocks_split_tool_results_into_tool_messages():
-    history = normalize_history([
-        {"role": "user", "content": [{"type": "text", "text": "weather in Oslo?"}]},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "w", "input": {"city": "Oslo"}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "rain"}]}]},
-    ])
+    history = normalize_history(
+        [
+            {"role": "user", "content": [{"type": "text", "text": "weather in Oslo?"}]},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t1", "name": "w", "input": {"city": "Oslo"}}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "rain"}]}
+                ],
+            },
+        ]
+    )
     roles = [(m.role, m.content, m.name) for m in history.messages]
     assert roles == [("user", "weather in Oslo?", None), ("assistant", "", None), ("tool", "rain", "w")]
 

@@ -5,10 +5,20 @@ from __future__ import annotations
 
 from reflection.formats import normalize_calls, normalize_history, normalize_tools
 
-FUNCTION = {"type": "function", "name": "get_weather", "description": "The forecast.",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
-CALL = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather",
-        "arguments": '{"city": "Paris"}', "status": "completed"}
+FUNCTION = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The forecast.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+CALL = {
+    "type": "function_call",
+    "id": "fc_1",
+    "call_id": "call_1",
+    "name": "get_weather",
+    "arguments": '{"city": "Paris"}',
+    "status": "completed",
+}
 
 
 def test_a_function_call_item_is_read_with_its_call_id():
@@ -17,23 +27,34 @@ def test_a_function_call_item_is_read_with_its_call_id():
 
 
 def test_responses_input_items_are_read_as_history():
-    history = normalize_history([
-        {"role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]},
-        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "think Tokyo"}]},
-        CALL,
-        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
-    ])
+    history = normalize_history(
+        [
+            {"role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "think Tokyo"}]},
+            CALL,
+            {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+        ]
+    )
     assert not history.problems
     assert [m.role for m in history.messages] == ["user", "assistant", "tool"]
     assert history.messages[1].tool_calls[0].id == "call_1"
-    assert (history.messages[2].content, history.messages[2].tool_call_id, history.messages[2].name) == \
-        ("sunny", "call_1", "get_weather")
+    assert (history.messages[2].content, history.messages[2].tool_call_id, history.messages[2].name) == (
+        "sunny",
+        "call_1",
+        "get_weather",
+    )
     assert all("Tokyo" not in m.content for m in history.messages)  # reasoning is never conversation
 
 
 def test_hosted_tools_are_not_specs_and_break_nothing():
-    inventory = normalize_tools([{"type": "web_search"}, FUNCTION, {"type": "file_search", "vector_store_ids": ["v"]},
-                                 {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}])
+    inventory = normalize_tools(
+        [
+            {"type": "web_search"},
+            FUNCTION,
+            {"type": "file_search", "vector_store_ids": ["v"]},
+            {"type": "web_search_20250305", "name": "web_search", "max_uses": 2},
+        ]
+    )
     assert [t.name for t in inventory.tools] == ["get_weather"] and not inventory.problems
 
 

@@ -6,17 +6,39 @@ from pydantic import ValidationError
 from reflection import Gate, GatePolicy, ReflectionConfig, ToolCall
 
 TOOLS = [
-    {"type": "function", "function": {"name": "book_flight", "description": "Book a flight.", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}, "passengers": {"type": "integer"}},
-        "required": ["city"], "additionalProperties": False}}},
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "book_flight",
+            "description": "Book a flight.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "passengers": {"type": "integer"}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    },
 ]
 HISTORY = [{"role": "user", "content": "Book a flight to Paris for 2 passengers."}]
-OPENAI_CALL = {"id": "call_1", "type": "function",
-               "function": {"name": "book_flight", "arguments": '{"city": "Paris", "passengers": 2}'}}
-FIXABLE_OPENAI_CALL = {"id": "call_1", "type": "function",
-                       "function": {"name": "book_flight", "arguments": '{"city": "Paris", "passengers": "2"}'}}
+OPENAI_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "book_flight", "arguments": '{"city": "Paris", "passengers": 2}'},
+}
+FIXABLE_OPENAI_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "book_flight", "arguments": '{"city": "Paris", "passengers": "2"}'},
+}
 
 
 def gate(fake_judge, **policy):
@@ -36,8 +58,11 @@ async def test_a_fixable_openai_call_is_modified_and_stays_an_openai_call(fake_j
     async with gate(fake_judge) as g:
         decision = await g.check(FIXABLE_OPENAI_CALL, TOOLS, HISTORY)
     assert decision.action == "modify" and decision.reason == "static correction applied"
-    assert decision.call == {"id": "call_1", "type": "function",
-                             "function": {"name": "book_flight", "arguments": '{"city":"Paris","passengers":2}'}}
+    assert decision.call == {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "book_flight", "arguments": '{"city":"Paris","passengers":2}'},
+    }
     assert decision.feedback is None
     # The judge still looked at the call: a correction fixes types, not invented values.
     assert len(fake_judge.requests) == 1
@@ -48,15 +73,20 @@ async def test_a_fixable_anthropic_tool_use_is_modified_in_anthropic_shape(fake_
     async with gate(fake_judge) as g:
         decision = await g.check(call, TOOLS, HISTORY)
     assert decision.action == "modify"
-    assert decision.call == {"type": "tool_use", "id": "toolu_1", "name": "book_flight",
-                             "input": {"city": "Paris", "passengers": 2}}
+    assert decision.call == {
+        "type": "tool_use",
+        "id": "toolu_1",
+        "name": "book_flight",
+        "input": {"city": "Paris", "passengers": 2},
+    }
 
 
 async def test_a_fixable_plain_call_keeps_its_argument_key_and_a_toolcall_stays_a_toolcall(fake_judge):
     async with gate(fake_judge) as g:
         plain = await g.check({"name": "book_flight", "args": {"city": "Paris", "passengers": "2"}}, TOOLS, HISTORY)
-        internal = await g.check(ToolCall(name="book_flight", arguments={"city": "Paris", "passengers": "2"}),
-                                 TOOLS, HISTORY)
+        internal = await g.check(
+            ToolCall(name="book_flight", arguments={"city": "Paris", "passengers": "2"}), TOOLS, HISTORY
+        )
     assert plain.call == {"name": "book_flight", "args": {"city": "Paris", "passengers": 2}}
     assert internal.call == ToolCall(name="book_flight", arguments={"city": "Paris", "passengers": 2})
 
@@ -71,8 +101,12 @@ async def test_corrections_are_not_applied_when_the_policy_says_so(fake_judge):
 
 
 async def test_a_call_failing_a_judge_check_is_sent_back_with_feedback(fake_judge):
-    fake_judge.script("general_hallucination_check", score=1, explanation="The user never named Rome.",
-                      evidence=["Book a flight to Paris"])
+    fake_judge.script(
+        "general_hallucination_check",
+        score=1,
+        explanation="The user never named Rome.",
+        evidence=["Book a flight to Paris"],
+    )
     call = {"name": "book_flight", "arguments": {"city": "Rome", "passengers": 2}}
     async with gate(fake_judge) as g:
         decision = await g.check(call, TOOLS, HISTORY)
@@ -91,9 +125,14 @@ async def test_an_invalid_call_gets_the_configured_action(fake_judge, on_invalid
 
 
 async def test_an_assistant_message_gives_one_decision_per_call_in_its_own_shape(fake_judge):
-    message = {"role": "assistant", "content": None, "tool_calls": [
-        OPENAI_CALL,
-        {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": {"city": 7}}}]}
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            OPENAI_CALL,
+            {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": {"city": 7}}},
+        ],
+    }
     async with gate(fake_judge) as g:
         decisions = await g.check(message, TOOLS, HISTORY)
     assert [d.action for d in decisions] == ["allow", "modify"]
@@ -130,9 +169,11 @@ async def test_the_decision_serialises_to_json(fake_judge):
 
 def test_the_gate_reads_its_policy_from_the_config_file(tmp_path):
     path = tmp_path / "config.yaml"
-    path.write_text("gate:\n  on_invalid: escalate\n  judge_when: ungrounded\n  deadline_ms: 1500\n"
-                    "  on_judge_failure: {low: deny}\n"
-                    "  tools:\n    - {match: 'search_*', checks: skip}\n    - {match: 'delete_*', risk: high}\n")
+    path.write_text(
+        "gate:\n  on_invalid: escalate\n  judge_when: ungrounded\n  deadline_ms: 1500\n"
+        "  on_judge_failure: {low: deny}\n"
+        "  tools:\n    - {match: 'search_*', checks: skip}\n    - {match: 'delete_*', risk: high}\n"
+    )
     config = ReflectionConfig.from_file(path)
     policy = Gate(config).policy
     assert policy is config.gate and policy.on_invalid == "escalate" and policy.deadline_ms == 1500
@@ -144,7 +185,6 @@ def test_the_gate_reads_its_policy_from_the_config_file(tmp_path):
 def test_an_unknown_policy_key_is_a_clear_error():
     with pytest.raises(ValidationError, match="on_invaild"):
         ReflectionConfig(gate={"on_invaild": "deny"})
-
 
 
 async def test_a_misspelt_tool_is_only_suggested_by_default(fake_judge):
@@ -161,27 +201,40 @@ async def test_json_text_in_gives_json_text_out_and_a_misspelt_tool_is_renamed_w
     async with gate(fake_judge, apply_renames=True) as g:
         decision = await g.check(text, TOOLS, HISTORY)
     assert decision.action == "modify" and decision.tool == "book_fligt"
-    assert decision.call == ('{"id":"call_9","type":"function","function":{"name":"book_flight",'
-                             '"arguments":"{\\"city\\":\\"Paris\\"}"}}')
+    assert decision.call == (
+        '{"id":"call_9","type":"function","function":{"name":"book_flight","arguments":"{\\"city\\":\\"Paris\\"}"}}'
+    )
 
 
 async def test_an_anthropic_assistant_message_gives_anthropic_blocks_back(fake_judge):
-    message = {"role": "assistant", "content": [
-        {"type": "text", "text": "Booking now."},
-        {"type": "tool_use", "id": "toolu_1", "name": "book_flight", "input": {"city": "Paris", "passengers": "2"}}]}
+    message = {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "Booking now."},
+            {"type": "tool_use", "id": "toolu_1", "name": "book_flight", "input": {"city": "Paris", "passengers": "2"}},
+        ],
+    }
     async with gate(fake_judge) as g:
         decisions = await g.check(message, TOOLS, HISTORY)
     assert [d.action for d in decisions] == ["modify"]
-    assert decisions[0].call == {"type": "tool_use", "id": "toolu_1", "name": "book_flight",
-                                 "input": {"city": "Paris", "passengers": 2}}
+    assert decisions[0].call == {
+        "type": "tool_use",
+        "id": "toolu_1",
+        "name": "book_flight",
+        "input": {"city": "Paris", "passengers": 2},
+    }
 
 
 async def test_reflect_also_gives_one_result_per_tool_use_block_of_an_anthropic_message():
     from reflection import reflect
 
-    message = {"role": "assistant", "content": [
-        {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris"}},
-        {"type": "tool_use", "id": "t2", "name": "get_weather", "input": {"town": "Rome"}}]}
+    message = {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris"}},
+            {"type": "tool_use", "id": "t2", "name": "get_weather", "input": {"town": "Rome"}},
+        ],
+    }
     results = await reflect(message, TOOLS, HISTORY)
     assert [r.overall_valid for r in results] == [True, False]
 

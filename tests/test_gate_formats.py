@@ -9,10 +9,18 @@ from reflection.formats import express_call, normalize_call, normalize_calls, ra
 from reflection.model import ToolCall
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12).filter(str.strip)
-scalars = st.none() | st.booleans() | st.integers(-10**20, 10**20) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8)
-arguments = st.dictionaries(st.text(max_size=6), st.recursive(scalars, lambda c: st.lists(c, max_size=3)
-                                                                | st.dictionaries(st.text(max_size=4), c, max_size=3)),
-                            max_size=4)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**20), 10**20)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+)
+arguments = st.dictionaries(
+    st.text(max_size=6),
+    st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3)),
+    max_size=4,
+)
 
 
 @st.composite

@@ -9,10 +9,22 @@ import pytest
 from reflection import Gate, GatePolicy, ReflectionConfig
 from reflection.pipeline import NEEDS_CONVERSATION
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}}},
-         {"type": "function", "function": {"name": "delete_file", "parameters": {
-             "type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "delete_file",
+            "parameters": {"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}},
+        },
+    },
+]
 QUESTION = {"role": "user", "content": "What's the weather in Paris?"}
 TOKYO = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Tokyo"}'}}
 
@@ -28,17 +40,27 @@ def _ways_back(feedback: str) -> dict[str, list[dict]]:
         "tool result": [QUESTION, turn, {"role": "tool", "tool_call_id": "call_1", "content": feedback}],
         "user message": [QUESTION, turn, {"role": "user", "content": feedback}],
         "wrapped": [QUESTION, turn, {"role": "tool", "tool_call_id": "call_1", "content": "Error: " + feedback}],
-        "header dropped": [QUESTION, turn, {"role": "tool", "tool_call_id": "call_1",
-                                            "content": "\n".join(feedback.splitlines()[1:])}],
-        "anthropic": [QUESTION, {"role": "assistant", "content": [
-            {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Tokyo"}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": feedback}]}],
+        "header dropped": [
+            QUESTION,
+            turn,
+            {"role": "tool", "tool_call_id": "call_1", "content": "\n".join(feedback.splitlines()[1:])},
+        ],
+        "anthropic": [
+            QUESTION,
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Tokyo"}}],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": feedback}]},
+        ],
     }
 
 
 @pytest.mark.parametrize("way", ["tool result", "user message", "wrapped", "header dropped", "anthropic"])
 async def test_the_gates_own_feedback_never_grounds_the_value_it_refused(fake_judge, way):
-    fake_judge.script("general_hallucination_check", score=1, explanation="Tokyo appears nowhere; the user asked about Paris.")
+    fake_judge.script(
+        "general_hallucination_check", score=1, explanation="Tokyo appears nowhere; the user asked about Paris."
+    )
     async with _gate(fake_judge) as gate:
         first = await gate.check(TOKYO, TOOLS, [QUESTION])
         assert first.action == "reflect" and '"Tokyo"' in first.feedback
@@ -56,9 +78,11 @@ async def test_the_gates_own_feedback_never_grounds_the_value_it_refused(fake_ju
 
 async def test_feedback_written_by_another_process_is_recognised_by_its_shape(fake_judge):
     # The gateway's workers are separate processes: recognition cannot rest on memory alone.
-    feedback = ('The call to "get_weather" was not run. Fix these problems and propose the call again:\n'
-                '- general_hallucination_check (score 1/5): Tokyo appears nowhere.\n'
-                '  parameters: $.city (value "Tokyo" not found in the conversation)')
+    feedback = (
+        'The call to "get_weather" was not run. Fix these problems and propose the call again:\n'
+        "- general_hallucination_check (score 1/5): Tokyo appears nowhere.\n"
+        '  parameters: $.city (value "Tokyo" not found in the conversation)'
+    )
     async with _gate(fake_judge) as gate:
         decision = await gate.check(TOKYO, TOOLS, [QUESTION, {"role": "user", "content": feedback}])
     assert decision.result.judge_skipped is None and not decision.result.grounding[0].grounded
@@ -112,13 +136,24 @@ async def test_an_allowed_rename_takes_the_rules_and_risk_of_the_tool_that_runs(
 
 
 async def test_a_correction_that_drops_arguments_is_only_suggested(fake_judge):
-    tools = [{"name": "purge", "parameters": {"type": "object", "properties": {"filter": {"type": "string"}},
-                                              "additionalProperties": False}}]
+    tools = [
+        {
+            "name": "purge",
+            "parameters": {
+                "type": "object",
+                "properties": {"filter": {"type": "string"}},
+                "additionalProperties": False,
+            },
+        }
+    ]
     call = {"name": "purge", "arguments": {"filter": "tmp-*", "dry_run": True}}
     async with _gate(fake_judge) as gate:
         decision = await gate.check(call, tools, [QUESTION])
     assert decision.action == "reflect" and decision.call == call
-    assert "removes arguments" in decision.reason and 'Suggested call (passes the static checks): "purge"' in decision.feedback
+    assert (
+        "removes arguments" in decision.reason
+        and 'Suggested call (passes the static checks): "purge"' in decision.feedback
+    )
 
 
 @pytest.mark.slow

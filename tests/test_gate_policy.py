@@ -10,10 +10,14 @@ from reflection.judge import JudgeConfig
 
 TOOLS = [
     {"name": "search_docs", "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}},
-    {"name": "get_order", "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}},
-                                         "required": ["order_id"]}},
-    {"name": "delete_order", "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}},
-                                            "required": ["order_id"]}},
+    {
+        "name": "get_order",
+        "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]},
+    },
+    {
+        "name": "delete_order",
+        "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]},
+    },
 ]
 HISTORY = [{"role": "user", "content": "What is the status of order A-17? If it is late, delete it."}]
 GET = {"name": "get_order", "arguments": {"order_id": "A-17"}}
@@ -63,16 +67,21 @@ async def test_the_cascade_always_asks_the_judge_about_a_high_risk_tool(fake_jud
     assert len(fake_judge.requests) == 1 and decision.action == "allow"
 
 
-@pytest.mark.parametrize(("call", "action", "reason"), [
-    (GET, "allow", "fail-open for low-risk tool"),
-    (DELETE, "deny", "fail-closed for high-risk tool"),
-])
+@pytest.mark.parametrize(
+    ("call", "action", "reason"),
+    [
+        (GET, "allow", "fail-open for low-risk tool"),
+        (DELETE, "deny", "fail-closed for high-risk tool"),
+    ],
+)
 async def test_a_failing_judge_fails_open_for_low_risk_and_closed_for_high_risk(fake_judge, call, action, reason):
     fake_judge.fail(500, times=10)
     async with gate(fake_judge.config) as g:
         decision = await g.check(call, TOOLS, HISTORY)
     assert decision.action == action
-    assert decision.reason.startswith("judge failed (HTTP 500 from the judge endpoint") and decision.reason.endswith(reason)
+    assert decision.reason.startswith("judge failed (HTTP 500 from the judge endpoint") and decision.reason.endswith(
+        reason
+    )
     assert decision.result.overall_valid is None
 
 
@@ -163,5 +172,7 @@ async def test_a_judge_endpoint_that_refuses_connections_gives_the_failure_polic
         decision = await g.check(call, TOOLS, HISTORY)
         again = await g.check(call, TOOLS, HISTORY)
     assert decision.action == again.action == action
-    assert decision.reason.startswith("judge failed (judge http://127.0.0.1") and "connection refused" in decision.reason
+    assert (
+        decision.reason.startswith("judge failed (judge http://127.0.0.1") and "connection refused" in decision.reason
+    )
     assert len([r for r in caplog.records if r.name == "reflection.gate"]) == 1

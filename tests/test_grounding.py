@@ -13,20 +13,43 @@ from reflection.formats import normalize_call, normalize_history, normalize_tool
 from reflection.model import ValueSource
 from reflection.grounding import _Conversation, _mark, _number_forms, _same, ground_call
 
-TOOLS = normalize_tools([{"name": "book", "parameters": {"type": "object", "properties": {
-    "city": {"type": "string"}, "nights": {"type": "integer"}, "tier": {"type": "string", "enum": ["basic", "gold"]},
-    "currency": {"type": "string", "default": "EUR"}, "guests": {"type": "array", "items": {"type": "string"}}}}}])
-HISTORY = normalize_history([
-    {"role": "system", "content": "Default hotel tier: gold."},
-    {"role": "user", "content": "Hi"},
-    {"role": "user", "content": "Book   Lisbon for 3 nights in 2025"},
-    {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
-    {"role": "tool", "tool_call_id": "1", "content": "{\"guest\": \"Ana Silva\"}"},
-])
+TOOLS = normalize_tools(
+    [
+        {
+            "name": "book",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "nights": {"type": "integer"},
+                    "tier": {"type": "string", "enum": ["basic", "gold"]},
+                    "currency": {"type": "string", "default": "EUR"},
+                    "guests": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        }
+    ]
+)
+HISTORY = normalize_history(
+    [
+        {"role": "system", "content": "Default hotel tier: gold."},
+        {"role": "user", "content": "Hi"},
+        {"role": "user", "content": "Book   Lisbon for 3 nights in 2025"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "1", "content": '{"guest": "Ana Silva"}'},
+    ]
+)
 
 
 def ground(arguments):
-    return {g.path: g for g in ground_call(normalize_call({"name": "book", "arguments": arguments}), HISTORY, TOOLS.get("book"))}
+    return {
+        g.path: g
+        for g in ground_call(normalize_call({"name": "book", "arguments": arguments}), HISTORY, TOOLS.get("book"))
+    }
 
 
 def test_value_from_a_user_turn_names_the_turn_and_quotes_it():
@@ -80,8 +103,10 @@ def _reference_find(text, needle):
 
 @pytest.mark.slow
 @settings(max_examples=500, deadline=None)
-@given(texts=st.lists(st.text(alphabet="ab5_.- é2x\n", max_size=120), max_size=5),
-       needle=st.text(alphabet="ab5_.- é2x", min_size=1, max_size=4))
+@given(
+    texts=st.lists(st.text(alphabet="ab5_.- é2x\n", max_size=120), max_size=5),
+    needle=st.text(alphabet="ab5_.- é2x", min_size=1, max_size=4),
+)
 def test_one_scan_over_the_conversation_finds_what_a_search_per_message_finds(texts, needle):
     needle = " ".join(needle.split()).lower()
     assume(needle)
@@ -96,12 +121,27 @@ def test_one_scan_over_the_conversation_finds_what_a_search_per_message_finds(te
 
 
 @settings(max_examples=300, deadline=None)
-@given(value=st.none() | st.booleans() | st.integers(-2, 2) | st.sampled_from([1.0, 0.0, 2.5]) | st.text("ab1", max_size=2),
-       members=st.lists(st.none() | st.booleans() | st.integers(-2, 2) | st.sampled_from([1.0, 0.0, 2.5])
-                        | st.text("ab1", max_size=2) | st.lists(st.integers(), max_size=1), max_size=6))
+@given(
+    value=st.none()
+    | st.booleans()
+    | st.integers(-2, 2)
+    | st.sampled_from([1.0, 0.0, 2.5])
+    | st.text("ab1", max_size=2),
+    members=st.lists(
+        st.none()
+        | st.booleans()
+        | st.integers(-2, 2)
+        | st.sampled_from([1.0, 0.0, 2.5])
+        | st.text("ab1", max_size=2)
+        | st.lists(st.integers(), max_size=1),
+        max_size=6,
+    ),
+)
 def test_an_enum_source_is_found_exactly_when_a_member_is_the_same_value(value, members):
     tools = normalize_tools([{"name": "t", "parameters": {"type": "object", "properties": {"x": {"enum": members}}}}])
-    grounding = ground_call(normalize_call({"name": "t", "arguments": {"x": value}}), normalize_history(None), tools.get("t"))
+    grounding = ground_call(
+        normalize_call({"name": "t", "arguments": {"x": value}}), normalize_history(None), tools.get("t")
+    )
     expected = any(_same(member, value) for member in members)
     assert any(s.kind == "enum" for s in grounding[0].sources) == expected
 
@@ -116,40 +156,46 @@ def ground_in(text, value):
     return item
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("Please refund 49.90", 49.9),
-    ("The total is $1,250.00.", 1250),
-    ("The total is $1,250.00.", 1250.0),
-    ("Set it to 21.50 degrees", 21.5),
-    ("Book 3 nights", 3.0),
-    ("Move it by -5 units", -5),
-    ("Move it by \u22125 units", -5),
-    ("Order 12,345,678 units", 12345678),
-    ("Keep 0.50 of it", 0.5),
-    ("Stay 3-5 days", 5),
-    ('{"ids": [1,2]}', 2),
-    ("Ship 5,000 units", 5000),
-    ("tiny: 1e-05", 1e-05),
-    ("huge: 1e+22", 1e22),
-    ("sys -3.25e-10", -3.25e-10),
-    ("sys -0.0", -0.0),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("Please refund 49.90", 49.9),
+        ("The total is $1,250.00.", 1250),
+        ("The total is $1,250.00.", 1250.0),
+        ("Set it to 21.50 degrees", 21.5),
+        ("Book 3 nights", 3.0),
+        ("Move it by -5 units", -5),
+        ("Move it by \u22125 units", -5),
+        ("Order 12,345,678 units", 12345678),
+        ("Keep 0.50 of it", 0.5),
+        ("Stay 3-5 days", 5),
+        ('{"ids": [1,2]}', 2),
+        ("Ship 5,000 units", 5000),
+        ("tiny: 1e-05", 1e-05),
+        ("huge: 1e+22", 1e22),
+        ("sys -3.25e-10", -3.25e-10),
+        ("sys -0.0", -0.0),
+    ],
+)
 def test_a_number_is_grounded_where_the_conversation_writes_the_same_number(text, value):
     item = ground_in(text, value)
     assert item.grounded and item.sources[0].kind == "user"
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("Please refund 49.95", 49.9),
-    ("Since 2025", 5),
-    ("The total is $1,250.00", 125),
-    ("The total is $1,250.00", 250),
-    ("Move it by -5 units", 5),
-    ("Version 1.2.3", 1.2),
-    ("Version 1.2.3", 2.3),
-    ("Zip 02134", 2134),
-    ("Pick 5.5", 5),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("Please refund 49.95", 49.9),
+        ("Since 2025", 5),
+        ("The total is $1,250.00", 125),
+        ("The total is $1,250.00", 250),
+        ("Move it by -5 units", 5),
+        ("Version 1.2.3", 1.2),
+        ("Version 1.2.3", 2.3),
+        ("Zip 02134", 2134),
+        ("Pick 5.5", 5),
+    ],
+)
 def test_a_different_number_is_not_a_source(text, value):
     assert not ground_in(text, value).grounded
 
@@ -160,8 +206,10 @@ def test_a_string_value_stays_text():
     assert not ground_in("Please refund 49.90", "49.9").grounded
 
 
-_NUMBER_TOKENS = (re.compile(r"(?<![\w.])(\d+)(\.\d+)?(?!\w|\.\d)"),  # "1,250" holds 1 and 250 ...
-                  re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+)(\.\d+)?(?!\w|\.\d)"))  # ... and 1250
+_NUMBER_TOKENS = (
+    re.compile(r"(?<![\w.])(\d+)(\.\d+)?(?!\w|\.\d)"),  # "1,250" holds 1 and 250 ...
+    re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+)(\.\d+)?(?!\w|\.\d)"),
+)  # ... and 1250
 
 
 def _reference_number(text, value):
@@ -177,9 +225,12 @@ def _reference_number(text, value):
             start = match.start()
             if len(whole) == 3 and fraction and start >= 2 and text[start - 1] == "," and text[start - 2].isdigit():
                 continue  # a thousands group: "1,250.00" holds 1250, not 250
-            negative = (start > 0 and text[start - 1] in "-\u2212"
-                        and (start == 1 or not re.match(r"[\w.]", text[start - 2])))
-            if (not target.is_zero() and negative != (target < 0)) or Decimal(whole.replace(",", "") + fraction) != abs(target):
+            negative = (
+                start > 0 and text[start - 1] in "-\u2212" and (start == 1 or not re.match(r"[\w.]", text[start - 2]))
+            )
+            if (not target.is_zero() and negative != (target < 0)) or Decimal(whole.replace(",", "") + fraction) != abs(
+                target
+            ):
                 continue
             found.append((start - 1 if negative else start, match.end()))
     if not found:
@@ -225,17 +276,27 @@ def _from_marked(conversation, value):
 
 
 @settings(max_examples=500, deadline=None)
-@given(texts=st.lists(st.text(alphabet="ab5_.- é2x\n\x00\x03", max_size=120), max_size=5),
-       needle=st.text(alphabet="ab5_.- é2x\x00", min_size=1, max_size=4))
+@given(
+    texts=st.lists(st.text(alphabet="ab5_.- é2x\n\x00\x03", max_size=120), max_size=5),
+    needle=st.text(alphabet="ab5_.- é2x\x00", min_size=1, max_size=4),
+)
 def test_the_marked_conversation_finds_what_a_search_per_message_finds(texts, needle):
     needle = " ".join(needle.split()).lower()
     assume(needle and needle[0].isalnum() and needle[-1].isalnum())
     history = normalize_history([{"role": "user", "content": t} for t in texts])
     conversation = _Conversation(history)
-    assert conversation._marked_sources(_mark(needle), None) == conversation.sources(needle) == [
-        ValueSource(kind="user", index=i, message_index=i, quote=q).model_dump()
-        for i, q in ((i, _reference_find(" ".join(m.content.split()).lower(), needle))
-                     for i, m in enumerate(history.messages)) if q is not None]
+    assert (
+        conversation._marked_sources(_mark(needle), None)
+        == conversation.sources(needle)
+        == [
+            ValueSource(kind="user", index=i, message_index=i, quote=q).model_dump()
+            for i, q in (
+                (i, _reference_find(" ".join(m.content.split()).lower(), needle))
+                for i, m in enumerate(history.messages)
+            )
+            if q is not None
+        ]
+    )
 
 
 # --- worst cases stay near-linear (issue 21, item 6) ----------------------------------------------
@@ -262,7 +323,9 @@ def test_values_that_stop_inside_one_long_token_cost_their_candidates_not_the_te
     monkeypatch.setattr(grounding, "_NON_WORD", scans)
     tools = normalize_tools([{"name": "t", "parameters": {"type": "object"}}])
     arguments = {f"v{i}": v for i, v in enumerate(values)}
-    history = normalize_history([{"role": "user", "content": "use it"}, {"role": "tool", "tool_call_id": "1", "content": token}])
+    history = normalize_history(
+        [{"role": "user", "content": "use it"}, {"role": "tool", "tool_call_id": "1", "content": token}]
+    )
     result = ground_call(normalize_call({"name": "t", "arguments": arguments}), history, tools.get("t"))
     assert [item.grounded for item in result] == [False] * (len(values) - 1) + [True]
     assert len(checked) <= 2 * len(values)  # one near miss per value, then the token is skipped whole
@@ -281,8 +344,9 @@ def test_many_near_misses_move_to_the_marked_copy_built_once_per_row(monkeypatch
     values = [str(i) for i in range(10)] + list(range(10))
     tools = normalize_tools([{"name": "t", "parameters": {"type": "object"}}])
     history = normalize_history([{"role": "tool", "tool_call_id": "1", "content": text}])
-    result = ground_call(normalize_call({"name": "t", "arguments": {f"v{i}": v for i, v in enumerate(values)}}),
-                         history, tools.get("t"))
+    result = ground_call(
+        normalize_call({"name": "t", "arguments": {f"v{i}": v for i, v in enumerate(values)}}), history, tools.get("t")
+    )
     assert not any(item.grounded for item in result)
     assert [n for n in marked if n == len(text)] == [len(text)]  # the conversation is marked once
     assert len(checked) <= len(values) * (grounding._FIND_MISSES + 1)

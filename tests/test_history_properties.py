@@ -27,8 +27,9 @@ TOOLS = normalize_tools([{"name": "f", "parameters": {"type": "object", "propert
 def test_any_history_and_argument_value_reach_a_well_formed_prompt(history, value):
     h = normalize_history(history)
     call = normalize_call({"name": "f", "arguments": {"a": value}})
-    request = SemanticRequest(call=call, spec=TOOLS.get("f"), inventory=TOOLS, history=h,
-                              grounding=ground_call(call, h, TOOLS.get("f")))
+    request = SemanticRequest(
+        call=call, spec=TOOLS.get("f"), inventory=TOOLS, history=h, grounding=ground_call(call, h, TOOLS.get("f"))
+    )
     messages_out, _ = build_messages(request, ("general_hallucination_check",), token_budget=300)
     data = request_data({"messages": messages_out})
     assert data["tool_call"]["arguments"] == {"a": value}

@@ -23,8 +23,10 @@ from reflection.static import BACKTRACK_LIMIT, MAX_FINDINGS, MAX_LISTED, check_c
 
 runner = CliRunner()
 
-TOOL = {"type": "function", "function": {"name": "f", "parameters": {
-    "type": "object", "properties": {"a": {}, "n": {"type": "integer"}}}}}
+TOOL = {
+    "type": "function",
+    "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {}, "n": {"type": "integer"}}}},
+}
 TOOLS_TEXT = json.dumps([TOOL])
 CLEAN = '{"id": "after", "tools": %s, "call": {"name": "f", "arguments": {"a": 1}}}' % TOOLS_TEXT
 
@@ -68,8 +70,11 @@ def nested(depth: int, leaf: Any = 1) -> Any:
 
 
 def nested_text(depth: int, leaf: str = "1") -> str:
-    return "".join('{"a": ' if level % 2 else "[" for level in reversed(range(depth))) + leaf + "".join(
-        "}" if level % 2 else "]" for level in range(depth))
+    return (
+        "".join('{"a": ' if level % 2 else "[" for level in reversed(range(depth)))
+        + leaf
+        + "".join("}" if level % 2 else "]" for level in range(depth))
+    )
 
 
 DEEP = f"nesting deeper than {MAX_DEPTH} levels"
@@ -83,9 +88,13 @@ DEPTHS = [500, 5000, 100_000]
 @pytest.mark.parametrize("depth", DEPTHS)
 def test_deeply_nested_arguments_fail_invalid_tool_call(tmp_path, depth):
     as_object = '{"id": "object", "tools": %s, "call": {"name": "f", "arguments": {"a": %s}}}' % (
-        TOOLS_TEXT, nested_text(depth))
+        TOOLS_TEXT,
+        nested_text(depth),
+    )
     as_text = '{"id": "text", "tools": %s, "call": {"name": "f", "arguments": %s}}' % (
-        TOOLS_TEXT, json.dumps('{"a": ' + nested_text(depth) + "}"))
+        TOOLS_TEXT,
+        json.dumps('{"a": ' + nested_text(depth) + "}"),
+    )
     for rows in cli_rows(tmp_path, as_object, as_text):
         for rid in ("object", "text"):
             assert rows[rid]["overall_valid"] is False
@@ -100,8 +109,10 @@ def test_deeply_nested_arguments_fail_invalid_tool_call(tmp_path, depth):
 @pytest.mark.slow
 @pytest.mark.parametrize("depth", DEPTHS)
 def test_a_deeply_nested_history_message_is_skipped_with_a_warning(tmp_path, depth):
-    line = '{"id": "deep", "tools": %s, "history": [{"role": "user", "content": %s}], ' \
-           '"call": {"name": "f", "arguments": {"a": 1}}}' % (TOOLS_TEXT, nested_text(depth))
+    line = (
+        '{"id": "deep", "tools": %s, "history": [{"role": "user", "content": %s}], '
+        '"call": {"name": "f", "arguments": {"a": 1}}}' % (TOOLS_TEXT, nested_text(depth))
+    )
     for rows in cli_rows(tmp_path, line):
         assert rows["deep"]["overall_valid"] is True
         assert any(DEEP in warning for warning in rows["deep"]["warnings"])
@@ -114,7 +125,8 @@ def test_a_deeply_nested_history_message_is_skipped_with_a_warning(tmp_path, dep
 @pytest.mark.parametrize("depth", DEPTHS)
 def test_a_deeply_nested_tool_spec_is_an_invalid_api_spec(tmp_path, depth):
     deep_tool = '{"name": "f", "parameters": {"type": "object", "properties": {"a": %s}}}' % nested_text(
-        depth, "{}").replace("[", '{"items": [').replace("]", "]}")
+        depth, "{}"
+    ).replace("[", '{"items": [').replace("]", "]}")
     line = '{"id": "deep", "tools": [%s], "call": {"name": "f", "arguments": {"a": 1}}}' % deep_tool
     for rows in cli_rows(tmp_path, line):
         assert list(failing(rows["deep"]["results"][0])) == ["invalid_api_spec"]
@@ -134,13 +146,16 @@ def test_a_hundred_levels_are_still_checked():
 # --- 4 and 19. over-long integers and lone surrogates are bad input ----------------------------
 
 
-@pytest.mark.parametrize("arguments", [
-    {"n": 10**4300},
-    {"a": [1, {"b": -(10**5000)}]},
-    {"\ud800": 1},
-    {"a": {"b\udfff": 1}},
-    {"a": ["ok", "\udc80"]},
-])
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"n": 10**4300},
+        {"a": [1, {"b": -(10**5000)}]},
+        {"\ud800": 1},
+        {"a": {"b\udfff": 1}},
+        {"a": ["ok", "\udc80"]},
+    ],
+)
 def test_over_long_integers_and_lone_surrogates_in_arguments_fail_invalid_tool_call(arguments):
     for call in ({"name": "f", "arguments": arguments}, ToolCall(name="f", arguments=arguments)):
         assert list(failing(api(check_call(call, [TOOL])))) == ["invalid_tool_call"]
@@ -198,8 +213,10 @@ HARD_PATTERN = r"^(?!(a*)*\1!)a+$"
 
 
 def test_a_pattern_the_regex_engine_gives_up_on_fails_invalid_api_spec(tmp_path):
-    schema = {"type": "object", "properties": {"names": {"type": "array", "items": {"type": "string",
-                                                                                   "pattern": HARD_PATTERN}}}}
+    schema = {
+        "type": "object",
+        "properties": {"names": {"type": "array", "items": {"type": "string", "pattern": HARD_PATTERN}}},
+    }
     tools = [{"name": "tag", "parameters": schema}]
     arguments = {"names": ["a" * (18 + i % 10) for i in range(40)]}
     line = json.dumps({"id": "regex", "tools": tools, "call": {"name": "tag", "arguments": arguments}})
@@ -214,10 +231,16 @@ def test_a_pattern_the_regex_engine_gives_up_on_fails_invalid_api_spec(tmp_path)
 
 
 def test_a_pattern_given_up_on_in_a_union_or_a_property_name_is_the_spec_s_problem():
-    union = {"type": "object", "properties": {"x": {"anyOf": [{"type": "integer"},
-                                                              {"type": "string", "pattern": HARD_PATTERN}]}}}
-    either = {"type": "object", "properties": {"x": {"oneOf": [{"type": "string", "pattern": HARD_PATTERN},
-                                                               {"type": "string", "maxLength": 1}]}}}
+    union = {
+        "type": "object",
+        "properties": {"x": {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": HARD_PATTERN}]}},
+    }
+    either = {
+        "type": "object",
+        "properties": {
+            "x": {"oneOf": [{"type": "string", "pattern": HARD_PATTERN}, {"type": "string", "maxLength": 1}]}
+        },
+    }
     names = {"type": "object", "patternProperties": {HARD_PATTERN: {}}, "additionalProperties": False}
     for schema, arguments in ((union, {"x": "a" * 30}), (either, {"x": "a" * 30}), (names, {"a" * 30: 1})):
         result = api(check_call({"name": "t", "arguments": arguments}, [{"name": "t", "parameters": schema}]))
@@ -232,8 +255,9 @@ def test_grounding_finds_values_in_a_two_megabyte_tool_output(tmp_path):
     history = [{"role": "user", "content": "where is my order?"}, {"role": "tool", "content": output}]
     arguments = {"order": 4521, "city": "Paris", **{f"d{i}": i % 10 for i in range(62)}}
     tools = [{"name": "track", "parameters": {"type": "object"}}]
-    line = json.dumps({"id": "big", "tools": tools, "history": history,
-                       "call": {"name": "track", "arguments": arguments}})
+    line = json.dumps(
+        {"id": "big", "tools": tools, "history": history, "call": {"name": "track", "arguments": arguments}}
+    )
     grounding = api(reflect_sync({"name": "track", "arguments": arguments}, tools, history))["grounding"]
     for rows in cli_rows(tmp_path, line):
         assert rows["big"]["results"][0]["grounding"] == grounding
@@ -257,8 +281,15 @@ def test_grounding_walks_wide_arguments_without_listing_every_leaf():
 @pytest.mark.slow
 def test_findings_repeat_at_most_ten_enum_values_and_a_check_lists_at_most_twenty(tmp_path):
     enum = [f"value-number-{i:05d}-of-the-allowed-set" for i in range(2000)]
-    tools = [{"name": "pick", "parameters": {"type": "object", "properties": {
-        "items": {"type": "array", "items": {"type": "string", "enum": enum}}}}}]
+    tools = [
+        {
+            "name": "pick",
+            "parameters": {
+                "type": "object",
+                "properties": {"items": {"type": "array", "items": {"type": "string", "enum": enum}}},
+            },
+        }
+    ]
     call = {"name": "pick", "arguments": {"items": [str(i % 10) for i in range(850)]}}
     line = json.dumps({"id": "enum", "tools": tools, "call": call})
     for rows in cli_rows(tmp_path, line):
@@ -272,8 +303,15 @@ def test_findings_repeat_at_most_ten_enum_values_and_a_check_lists_at_most_twent
 
 
 def test_a_correction_lists_at_most_twenty_notes():
-    tools = [{"name": "pick", "parameters": {"type": "object", "properties": {
-        "items": {"type": "array", "items": {"type": "string", "enum": ["alpha", "beta"]}}}}}]
+    tools = [
+        {
+            "name": "pick",
+            "parameters": {
+                "type": "object",
+                "properties": {"items": {"type": "array", "items": {"type": "string", "enum": ["alpha", "beta"]}}},
+            },
+        }
+    ]
     result = check_call({"name": "pick", "arguments": {"items": ["ALPHA"] * 100}}, tools)
     assert result.correction is not None and result.correction.arguments == {"items": ["alpha"] * 100}
     assert len(result.correction_notes) == 21 and result.correction_notes[-1].startswith("and 80 more change")
@@ -293,13 +331,22 @@ def test_a_limit_beyond_64_bits_is_shown_as_the_spec_wrote_it(tmp_path):
     assert result.checks["json_schema_violation"].findings[0].expected == 10**30
 
 
-@pytest.mark.parametrize("parameters", [
-    {"type": "object", "$defs": {"x": {"$ref": "#/$defs/y"}, "y": {"$ref": "#/$defs/x"}},
-     "properties": {"a": {"$ref": "#/$defs/x"}}},
-    {"$ref": "#"},
-    {"type": "object", "definitions": {"x": {"$ref": "#/definitions/x", "type": "string"}},
-     "properties": {"a": {"$ref": "#/definitions/x"}}},
-])
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        {
+            "type": "object",
+            "$defs": {"x": {"$ref": "#/$defs/y"}, "y": {"$ref": "#/$defs/x"}},
+            "properties": {"a": {"$ref": "#/$defs/x"}},
+        },
+        {"$ref": "#"},
+        {
+            "type": "object",
+            "definitions": {"x": {"$ref": "#/definitions/x", "type": "string"}},
+            "properties": {"a": {"$ref": "#/definitions/x"}},
+        },
+    ],
+)
 def test_a_ref_cycle_is_an_invalid_api_spec(tmp_path, parameters):
     tools = [{"name": "f", "parameters": parameters}]
     line = json.dumps({"id": "cycle", "tools": tools, "call": {"name": "f", "arguments": {"a": 1}}})
@@ -311,8 +358,12 @@ def test_a_ref_cycle_is_an_invalid_api_spec(tmp_path, parameters):
 
 def test_a_recursive_schema_that_consumes_the_value_is_not_a_cycle():
     node = {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}, "v": {"type": "integer"}}}
-    tools = [{"name": "f", "parameters": {"type": "object", "$defs": {"node": node},
-                                          "properties": {"a": {"$ref": "#/$defs/node"}}}}]
+    tools = [
+        {
+            "name": "f",
+            "parameters": {"type": "object", "$defs": {"node": node}, "properties": {"a": {"$ref": "#/$defs/node"}}},
+        }
+    ]
     assert check_call({"name": "f", "arguments": {"a": {"next": {"next": {"v": 1}}}}}, tools).valid
     bad = check_call({"name": "f", "arguments": {"a": {"next": {"v": "x"}}}}, tools)
     assert list(failing(api(bad))) == ["incorrect_parameter_type"]
@@ -320,14 +371,23 @@ def test_a_recursive_schema_that_consumes_the_value_is_not_a_cycle():
 
 def test_hand_built_messages_and_specs_that_cannot_be_sent_on_are_skipped_with_a_warning():
     deep_call = ToolCall(name="f", arguments={"a": nested(5000)})
-    history = History(messages=(Message(role="user", content="x \ud800"),
-                                Message(role="assistant", tool_calls=(deep_call,)),
-                                Message(role="user", content="a is 1")))
-    tools = [ToolSpec(name="f", parameters={"type": "object", "properties": {"a": {}}}),
-             ToolSpec(name="g", description="\udfff")]
+    history = History(
+        messages=(
+            Message(role="user", content="x \ud800"),
+            Message(role="assistant", tool_calls=(deep_call,)),
+            Message(role="user", content="a is 1"),
+        )
+    )
+    tools = [
+        ToolSpec(name="f", parameters={"type": "object", "properties": {"a": {}}}),
+        ToolSpec(name="g", description="\udfff"),
+    ]
     result = api(reflect_sync({"name": "f", "arguments": {"a": 1}}, tools, history))
     assert result["overall_valid"] is True
     assert [w.split(":")[0] for w in result["warnings"]] == [
-        "ignored a tool spec", "history message #0 was skipped", "history message #1 was skipped"]
+        "ignored a tool spec",
+        "history message #0 was skipped",
+        "history message #1 was skipped",
+    ]
     assert [s["message_index"] for s in result["grounding"][0]["sources"]] == [0]
     assert list(failing(api(reflect_sync({"name": "g", "arguments": {}}, tools)))) == ["invalid_api_spec"]

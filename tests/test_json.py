@@ -23,14 +23,24 @@ from reflection.rows import parse_line, read_row
 from reflection.static import check_call
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**200), max_value=2**200)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**200), max_value=2**200)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
     max_leaves=20,
 )
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
 
 
 @pytest.mark.slow
@@ -53,12 +63,15 @@ def test_integers_beyond_64_bits_stay_exact():
     assert parse_json("1" + "0" * 400) == 10**400  # beyond a double's range: still an integer, not infinity
 
 
-@pytest.mark.parametrize(("text", "words"), [
-    ('{"a": NaN}', "line 1 column 7"),
-    ('{"a": 1} junk', "unexpected content after document"),
-    ('["\\ud800"]', "surrogate"),
-    ("[1e400]", "infinity"),
-])
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('{"a": NaN}', "line 1 column 7"),
+        ('{"a": 1} junk', "unexpected content after document"),
+        ('["\\ud800"]', "surrogate"),
+        ("[1e400]", "infinity"),
+    ],
+)
 def test_errors_name_the_problem_and_where(text, words):
     for parse in (parse_json, lambda t: parse_json_keeping(t.encode(), {"tools"})):
         with pytest.raises(ValueError, match=words):
@@ -131,32 +144,38 @@ def _nested(depth: int, leaf: object) -> object:
     return value
 
 
-@pytest.mark.parametrize(("value", "flags"), [
-    ({"a": [1, "x", None, True, 2.5, {"b": ()}]}, PLAIN | FINITE | SOUND),
-    ({"a": [1, {"b": float("inf")}]}, PLAIN | SOUND),
-    ([float("nan")], PLAIN | SOUND),
-    (float("-inf"), PLAIN | SOUND),
-    ("text", PLAIN | FINITE | SOUND),
-    ({"a": _Float("nan")}, SOUND),  # subclasses go through the exact check
-    ({"a": [_Float(1.5)]}, FINITE | SOUND),
-    ({_Str("k"): 1}, FINITE | SOUND),
-    (_nested(300, 1.0), PLAIN | FINITE),  # deeper than MAX_DEPTH: not sound, walked without recursion
-    (_nested(300, _Float(1.0)), FINITE),
-    (_nested(300, float("nan")), PLAIN),
-    (_nested(49, 1.0), PLAIN | FINITE | SOUND),  # 98 levels
-    ({"a": ["\ud800"]}, PLAIN | FINITE),
-    ({"\udfff": 1}, PLAIN | FINITE),
-    ({"a": [10**4300]}, PLAIN | FINITE),
-    ({"a": [10**4300 - 1, -(10**4300) + 1]}, PLAIN | FINITE | SOUND),
-])
+@pytest.mark.parametrize(
+    ("value", "flags"),
+    [
+        ({"a": [1, "x", None, True, 2.5, {"b": ()}]}, PLAIN | FINITE | SOUND),
+        ({"a": [1, {"b": float("inf")}]}, PLAIN | SOUND),
+        ([float("nan")], PLAIN | SOUND),
+        (float("-inf"), PLAIN | SOUND),
+        ("text", PLAIN | FINITE | SOUND),
+        ({"a": _Float("nan")}, SOUND),  # subclasses go through the exact check
+        ({"a": [_Float(1.5)]}, FINITE | SOUND),
+        ({_Str("k"): 1}, FINITE | SOUND),
+        (_nested(300, 1.0), PLAIN | FINITE),  # deeper than MAX_DEPTH: not sound, walked without recursion
+        (_nested(300, _Float(1.0)), FINITE),
+        (_nested(300, float("nan")), PLAIN),
+        (_nested(49, 1.0), PLAIN | FINITE | SOUND),  # 98 levels
+        ({"a": ["\ud800"]}, PLAIN | FINITE),
+        ({"\udfff": 1}, PLAIN | FINITE),
+        ({"a": [10**4300]}, PLAIN | FINITE),
+        ({"a": [10**4300 - 1, -(10**4300) + 1]}, PLAIN | FINITE | SOUND),
+    ],
+)
 def test_json_like_check_also_tells_whether_the_value_is_finite_and_plain(value, flags):
     assert require_json_like(value, "call") == flags
 
 
-@pytest.mark.parametrize("call", [
-    {"name": "w", "arguments": {"x": [1, {"y": float("inf")}]}},
-    {"type": "tool_use", "id": "t1", "name": "w", "input": {"x": _Float("nan")}},
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        {"name": "w", "arguments": {"x": [1, {"y": float("inf")}]}},
+        {"type": "tool_use", "id": "t1", "name": "w", "input": {"x": _Float("nan")}},
+    ],
+)
 def test_non_finite_numbers_anywhere_in_object_arguments_are_a_data_error(call):
     assert "NaN or Infinity" in normalize_calls(call)[0].error
 

@@ -8,9 +8,21 @@ import reflection
 import reflection.batch
 import reflection.scoring
 
-HEAVY = ("httpx", "aiosqlite", "openai", "tenacity", "rich", "yaml", "reflection.judge.client", "reflection.judge.cache",
-         "reflection.judge.transport", "reflection.semantic", "reflection.gate", "reflection.scoring.",
-         "reflection.calibrate")
+HEAVY = (
+    "httpx",
+    "aiosqlite",
+    "openai",
+    "tenacity",
+    "rich",
+    "yaml",
+    "reflection.judge.client",
+    "reflection.judge.cache",
+    "reflection.judge.transport",
+    "reflection.semantic",
+    "reflection.gate",
+    "reflection.scoring.",
+    "reflection.calibrate",
+)
 
 
 def loaded_after(code: str) -> list[str]:
@@ -18,8 +30,11 @@ def loaded_after(code: str) -> list[str]:
     probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     # reflection.scoring._cli only registers the `score` command; it imports its work when run.
-    return [name for name in json.loads(out.splitlines()[-1])
-            if (name.startswith(HEAVY) or name in HEAVY) and name != "reflection.scoring._cli"]
+    return [
+        name
+        for name in json.loads(out.splitlines()[-1])
+        if (name.startswith(HEAVY) or name in HEAVY) and name != "reflection.scoring._cli"
+    ]
 
 
 def test_import_reflection_loads_no_judge_cache_scoring_or_service():
@@ -29,9 +44,11 @@ def test_import_reflection_loads_no_judge_cache_scoring_or_service():
 def test_static_only_check_of_an_empty_file_loads_no_judge_cache_or_scoring(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
-    code = ("from reflection.cli import app\n"
-            f"try:\n    app(['check', '--static-only', {str(empty)!r}, '-o', {str(tmp_path / 'out.jsonl')!r}])\n"
-            "except SystemExit as exit:\n    assert exit.code in (0, None), exit.code")
+    code = (
+        "from reflection.cli import app\n"
+        f"try:\n    app(['check', '--static-only', {str(empty)!r}, '-o', {str(tmp_path / 'out.jsonl')!r}])\n"
+        "except SystemExit as exit:\n    assert exit.code in (0, None), exit.code"
+    )
     assert loaded_after(code) == []
 
 

@@ -20,20 +20,37 @@ from reflection.model import (
 from reflection.static import check_call
 
 _CALL = ToolCall(name="get_weather", arguments={"city": "Paris"}, id="c1")
-_FINDING = {"check": "incorrect_parameter_type", "path": "$.days", "message": "m", "expected": "integer",
-                "actual": "string", "keyword": "type"}
+_FINDING = {
+    "check": "incorrect_parameter_type",
+    "path": "$.days",
+    "message": "m",
+    "expected": "integer",
+    "actual": "string",
+    "keyword": "type",
+}
 _CHECK = {"passed": False, "findings": (Finding(**_FINDING),)}
 
 CASES = [
     (ToolCall, {"name": "w"}),
-    (ToolCall, {"name": "w", "arguments": {"a": [1, {"b": None}]}, "id": "x", "raw_arguments": '{"a": 1}', "error": None}),
+    (
+        ToolCall,
+        {"name": "w", "arguments": {"a": [1, {"b": None}]}, "id": "x", "raw_arguments": '{"a": 1}', "error": None},
+    ),
     (Finding, _FINDING),
     (Finding, {"check": "c", "path": "$", "message": "m"}),
     (CheckResult, {"passed": True}),
     (CheckResult, _CHECK),
     (StaticResult, {"call": _CALL, "checks": {"invalid_tool_call": CheckResult(**_CHECK)}, "warnings": ("w",)}),
-    (StaticResult, {"call": _CALL, "checks": {"x": CheckResult(passed=True)}, "warnings": (), "correction": _CALL,
-                        "correction_notes": ("n",)}),
+    (
+        StaticResult,
+        {
+            "call": _CALL,
+            "checks": {"x": CheckResult(passed=True)},
+            "warnings": (),
+            "correction": _CALL,
+            "correction_notes": ("n",),
+        },
+    ),
 ]
 
 
@@ -60,8 +77,10 @@ def test_models_with_default_factories_are_refused():
 
 
 def test_a_result_survives_validation_unchanged():
-    result = check_call({"name": "get_weather", "arguments": {"city": 5, "x": 1}}, [{"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}}}])
+    result = check_call(
+        {"name": "get_weather", "arguments": {"city": 5, "x": 1}},
+        [{"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+    )
     assert not result.valid and result.correction is not None
     again = StaticResult.model_validate(result.model_dump(exclude={"valid"}))
     assert again == result and again.model_dump() == result.model_dump()
@@ -75,12 +94,15 @@ class _Dict(dict):
     pass
 
 
-@pytest.mark.parametrize("raw", [
-    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-    {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris", "days": [1, 2.5]}},
-    {"name": "get_weather"},
-    {"name": "get_weather", "arguments": "{bad"},
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+        {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris", "days": [1, 2.5]}},
+        {"name": "get_weather"},
+        {"name": "get_weather", "arguments": "{bad"},
+    ],
+)
 def test_a_call_read_from_plain_json_is_the_validated_call(raw):
     call = normalize_call(raw)
     assert call == ToolCall(**call.model_dump())

@@ -32,17 +32,26 @@ def test_installed_wheel_finds_its_shipped_data(tmp_path):
     wheel = Path(next(iter(hatchling.WheelBuilder(str(ROOT)).build(directory=str(tmp_path), versions=["standard"]))))
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
-    code = ("import reflection._resources as r; print(r.data_dir('prompts')); "
-            "print(r.load_template('system').version); print(r.example_path('calls.jsonl').is_file())")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target)},
-                         capture_output=True, text=True, check=True).stdout.split()
+    code = (
+        "import reflection._resources as r; print(r.data_dir('prompts')); "
+        "print(r.load_template('system').version); print(r.example_path('calls.jsonl').is_file())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(target)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert out[0].startswith(str(target)) and out[1] == "1" and out[2] == "True"
 
 
 def _wheel(tmp_path):
     hatchling = pytest.importorskip("hatchling.builders.wheel")
-    return zipfile.ZipFile(next(iter(hatchling.WheelBuilder(str(ROOT)).build(directory=str(tmp_path),
-                                                                               versions=["standard"]))))
+    return zipfile.ZipFile(
+        next(iter(hatchling.WheelBuilder(str(ROOT)).build(directory=str(tmp_path), versions=["standard"])))
+    )
 
 
 def test_the_wheel_is_toolcall_reflection_with_its_license_typing_marker_and_metadata(tmp_path):
@@ -79,10 +88,20 @@ _WRONG_HINT = re.compile(r"""pip install\s+["']?reflection\[|[`"'(]reflection\[[
 
 
 def test_every_install_hint_names_the_distribution():
-    sources = [ROOT / "README.md", *(ROOT / "reflection").rglob("*.py"), *(ROOT / "docs").rglob("*.md"),
-               *(ROOT / "examples").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.md")]
-    wrong = [f"{path.relative_to(ROOT)}:{n}" for path in sources if path.is_file()
-             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if _WRONG_HINT.search(line)]
+    sources = [
+        ROOT / "README.md",
+        *(ROOT / "reflection").rglob("*.py"),
+        *(ROOT / "docs").rglob("*.md"),
+        *(ROOT / "examples").rglob("*.py"),
+        *(ROOT / "benchmarks").rglob("*.md"),
+    ]
+    wrong = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in sources
+        if path.is_file()
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if _WRONG_HINT.search(line)
+    ]
     assert not wrong, wrong
 
 
@@ -97,6 +116,7 @@ def test_readme_links_work_on_a_package_index_page():
 def test_the_command_prints_its_version():
     import reflection
 
-    done = subprocess.run([sys.executable, "-m", "reflection.cli", "--version"], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "reflection.cli", "--version"], capture_output=True, text=True, check=True
+    )
     assert done.stdout == f"reflection {reflection.__version__} (toolcall-reflection)\n"

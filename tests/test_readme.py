@@ -118,8 +118,9 @@ def readme_blocks(text: str | None = None, path: str = "README.md") -> list[Bloc
                 marker, reason = found.group(1), found.group(2)
                 break
             j -= 1
-        code = _SNIPPET.sub(lambda m: (ROOT / m.group(1)).read_text(encoding="utf-8").rstrip("\n"),
-                            "\n".join(body) + "\n")
+        code = _SNIPPET.sub(
+            lambda m: (ROOT / m.group(1)).read_text(encoding="utf-8").rstrip("\n"), "\n".join(body) + "\n"
+        )
         blocks.append(Block(start + 1, fence.group(1), code, section, marker, reason, path, "\n".join(lead)))
         lead = []
         i += 1
@@ -134,8 +135,10 @@ def of(lang: str) -> list[Block]:
 
 
 def params(lang: str) -> list:
-    return [pytest.param(b, id=b.name, marks=pytest.mark.skip(reason=b.reason) if b.marker == "skip" else ())
-            for b in of(lang)]
+    return [
+        pytest.param(b, id=b.name, marks=pytest.mark.skip(reason=b.reason) if b.marker == "skip" else ())
+        for b in of(lang)
+    ]
 
 
 # --- the harness itself ---------------------------------------------------------------------------
@@ -143,8 +146,10 @@ def params(lang: str) -> list:
 
 def test_every_block_has_a_known_language():
     unknown = [b.name for b in BLOCKS if b.lang not in LANGUAGES + OUTPUT]
-    assert not unknown, (f"give these blocks one of {LANGUAGES}, or `text` for output "
-                         f"(or teach tests/test_readme.py a new language): {unknown}")
+    assert not unknown, (
+        f"give these blocks one of {LANGUAGES}, or `text` for output "
+        f"(or teach tests/test_readme.py a new language): {unknown}"
+    )
 
 
 def test_skip_markers_say_why_and_stay_rare():
@@ -171,15 +176,24 @@ def needs_event_loop(code: str) -> bool:
 
 
 def test_blocks_that_await_say_how_to_run_them_in_a_script():
-    silent = [b.name for b in of("python") if b.marker != "skip" and needs_event_loop(b.code)
-              and "asyncio.run(" not in b.code + b.lead]
+    silent = [
+        b.name
+        for b in of("python")
+        if b.marker != "skip" and needs_event_loop(b.code) and "asyncio.run(" not in b.code + b.lead
+    ]
     assert not silent, f"say how to run these in a script (`asyncio.run(main())`), just before the block: {silent}"
 
 
 def test_the_parser_finds_blocks_markers_and_sections():
     text = "## A\n<!-- readme-test: skip needs a GPU -->\n```python\nx = 1\n```\n## B\n```bash\necho hi\n```\n"
     first, second = readme_blocks(text)
-    assert (first.lang, first.marker, first.reason, first.section, first.code) == ("python", "skip", "needs a GPU", "A", "x = 1\n")
+    assert (first.lang, first.marker, first.reason, first.section, first.code) == (
+        "python",
+        "skip",
+        "needs a GPU",
+        "A",
+        "x = 1\n",
+    )
     assert (second.lang, second.marker, second.section, second.line) == ("bash", None, "B", 7)
     on_a_page = readme_blocks(text, path="docs/page.md")
     assert [(b.section, b.name) for b in on_a_page] == [("", "docs/page.md:3:python"), ("", "docs/page.md:7:bash")]
@@ -248,8 +262,10 @@ def run_python(code: str, namespace: dict, name: str) -> None:
 
 
 def is_pytest_file(block: Block) -> bool:
-    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")
-               for node in ast.parse(block.code).body)
+    return any(
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")
+        for node in ast.parse(block.code).body
+    )
 
 
 @pytest.mark.slow
@@ -261,14 +277,40 @@ def test_python_block(block, tmp_path, monkeypatch, judge_url):
         (tmp_path / "test_from_readme.py").write_text(block.code)
         # Only the plugins the README names: pytest-asyncio (auto mode) and reflection's own.
         env = {**shell_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "asyncio",
-                              "-p", "reflection.testing.plugin", "-o", "asyncio_mode=auto", "test_from_readme.py"],
-                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "asyncio",
+                "-p",
+                "reflection.testing.plugin",
+                "-o",
+                "asyncio_mode=auto",
+                "test_from_readme.py",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert run.returncode == 0, run.stdout + run.stderr
         return
     namespace: dict = {"__name__": "__readme__"}
-    earlier = [b for b in of("python") if b.path == block.path and b.section == block.section
-               and b.line < block.line and b.marker != "skip" and not is_pytest_file(b)]
+    earlier = [
+        b
+        for b in of("python")
+        if b.path == block.path
+        and b.section == block.section
+        and b.line < block.line
+        and b.marker != "skip"
+        and not is_pytest_file(b)
+    ]
     with small_ray(block.code):
         for b in [*earlier, block]:
             run_python(with_judge(b.code, judge_url), namespace, b.name)
@@ -312,8 +354,14 @@ def shell_dir(block: Block, tmp_path: Path, judge_url: str) -> Path:
 
 
 def run_shell(code: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-e", "-o", "pipefail", "-c", code], cwd=cwd, env=shell_env(),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", code],
+        cwd=cwd,
+        env=shell_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow
@@ -356,8 +404,22 @@ def test_console_block(block, tmp_path, judge_url):
 @pytest.fixture(scope="module")
 def example_rows(tmp_path_factory):
     out = tmp_path_factory.mktemp("readme-json") / "rows.jsonl"
-    run = subprocess.run([sys.executable, "-m", "reflection.cli", "check", str(ROOT / "examples" / "calls.jsonl"),
-                          "-o", str(out), "--static-only"], env=shell_env(), capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reflection.cli",
+            "check",
+            str(ROOT / "examples" / "calls.jsonl"),
+            "-o",
+            str(out),
+            "--static-only",
+        ],
+        env=shell_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     return {row["id"]: row for row in map(json.loads, out.read_text().splitlines())}
 

@@ -10,10 +10,22 @@ from reflection.testing import FakeJudge
 from reflection.testing.server import StandInJudge
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
-    {"type": "function", "function": {"name": "send_email", "description": "Send an email.", "parameters": {
-        "type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "send_email",
+            "description": "Send an email.",
+            "parameters": {"type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"]},
+        },
+    },
 ]
 HISTORY = [{"role": "user", "content": "What's the weather in Paris and in Rome?"}]
 CALL = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
@@ -42,9 +54,14 @@ async def test_flat_keys_follow_the_public_contract(fake_judge):
     fake_judge.script("general_hallucination_check", score=3)
     flat = (await reflect(CALL, TOOLS, HISTORY, config=cfg(fake_judge))).flat()
     assert list(flat) == [f"static_{c}" for c in STATIC_CHECKS] + [
-        "semantic_general_hallucination_check", "semantic_general_value_format_alignment", "semantic_avg_score_general",
-        "semantic_function_selection_appropriateness", "semantic_agentic_constraints_satisfaction",
-        "semantic_avg_score_function_selection", "overall_valid"]
+        "semantic_general_hallucination_check",
+        "semantic_general_value_format_alignment",
+        "semantic_avg_score_general",
+        "semantic_function_selection_appropriateness",
+        "semantic_agentic_constraints_satisfaction",
+        "semantic_avg_score_function_selection",
+        "overall_valid",
+    ]
     assert flat["semantic_general_hallucination_check"] == 0.5
     assert flat["semantic_avg_score_general"] == 0.75
     assert flat["overall_valid"] == 0.0
@@ -55,7 +72,9 @@ async def test_a_check_passes_when_its_score_reaches_its_threshold(fake_judge):
     result = await reflect(CALL, TOOLS, HISTORY, config=cfg(fake_judge))
     assert result.semantic["function_selection_appropriateness"].status == "passed"  # default threshold 3
     assert result.semantic["general_value_format_alignment"].status == "failed"  # default threshold 4
-    relaxed = await reflect(CALL, TOOLS, HISTORY, config=cfg(fake_judge, thresholds={"general_value_format_alignment": 3}))
+    relaxed = await reflect(
+        CALL, TOOLS, HISTORY, config=cfg(fake_judge, thresholds={"general_value_format_alignment": 3})
+    )
     assert relaxed.overall_valid is True
 
 
@@ -83,7 +102,10 @@ async def test_judge_failure_after_retries_is_an_error_and_the_verdict_unknown(f
 
 
 async def test_out_of_range_scores_are_re_asked_then_accepted(fake_judge):
-    bad = {name: {"evidence": [], "explanation": "", "confidence": 0.9, "score": 9, "correction": None} for name in SEMANTIC_CHECKS}
+    bad = {
+        name: {"evidence": [], "explanation": "", "confidence": 0.9, "score": 9, "correction": None}
+        for name in SEMANTIC_CHECKS
+    }
     fake_judge.reply_json(bad)
     result = await reflect(CALL, TOOLS, HISTORY, config=cfg(fake_judge))
     assert len(fake_judge.requests) == 2 and result.overall_valid is True
@@ -98,19 +120,32 @@ async def test_low_confidence_marks_a_check_uncertain(fake_judge):
 
 
 async def test_semantic_result_carries_evidence_explanation_and_correction(fake_judge):
-    fake_judge.script("function_selection_appropriateness", score=1, evidence=["weather in Paris"],
-                      explanation="the user asked about weather", correction={"better_function": "get_weather"})
-    check = (await reflect({"name": "send_email", "arguments": {"to": "a@b.c"}}, TOOLS, HISTORY,
-                           config=cfg(fake_judge))).semantic["function_selection_appropriateness"]
+    fake_judge.script(
+        "function_selection_appropriateness",
+        score=1,
+        evidence=["weather in Paris"],
+        explanation="the user asked about weather",
+        correction={"better_function": "get_weather"},
+    )
+    check = (
+        await reflect({"name": "send_email", "arguments": {"to": "a@b.c"}}, TOOLS, HISTORY, config=cfg(fake_judge))
+    ).semantic["function_selection_appropriateness"]
     assert (check.status, check.score, check.evidence, check.correction.better_function) == (
-        "failed", 1, ("weather in Paris",), "get_weather")
+        "failed",
+        1,
+        ("weather in Paris",),
+        "get_weather",
+    )
 
 
 async def test_parallel_calls_are_each_reflected_with_their_siblings_as_context(fake_judge):
     calls = [CALL, {"name": "get_weather", "arguments": {"city": "Rome"}}]
     results = await reflect(calls, TOOLS, HISTORY, config=cfg(fake_judge))
     assert [r.call.arguments["city"] for r in results] == ["Paris", "Rome"]
-    assert sorted(r.data["other_calls_in_same_turn"][0]["arguments"]["city"] for r in fake_judge.requests) == ["Paris", "Rome"]
+    assert sorted(r.data["other_calls_in_same_turn"][0]["arguments"]["city"] for r in fake_judge.requests) == [
+        "Paris",
+        "Rome",
+    ]
 
 
 async def test_grounding_is_on_the_result_and_sent_to_the_judge(fake_judge):
@@ -134,8 +169,10 @@ def test_strict_fake_judge_fails_on_unexpected_requests():
 
 async def test_reflector_reuses_one_judge_and_keeps_input_order(fake_judge):
     async with Reflector(cfg(fake_judge)) as reflector:
-        rows = [{"call": {"name": "get_weather", "arguments": {"city": c}}, "tools": TOOLS, "history": HISTORY}
-                for c in ("Paris", "Rome", "Oslo")]
+        rows = [
+            {"call": {"name": "get_weather", "arguments": {"city": c}}, "tools": TOOLS, "history": HISTORY}
+            for c in ("Paris", "Rome", "Oslo")
+        ]
         results = await reflector.reflect_many(rows, concurrency=2)
         judge = reflector.judge
     assert [r.call.arguments["city"] for r in results] == ["Paris", "Rome", "Oslo"]
@@ -157,7 +194,9 @@ async def test_end_to_end_against_the_stand_in_server(mode):
     with StandInJudge() as server:
         config = ReflectionConfig(judge=JudgeConfig(base_url=server.base_url, model="stand-in"), mode=mode)
         good = await reflect(CALL, TOOLS, HISTORY, config=config)
-        invented = await reflect({"name": "get_weather", "arguments": {"city": "Berlin"}}, TOOLS, HISTORY, config=config)
+        invented = await reflect(
+            {"name": "get_weather", "arguments": {"city": "Berlin"}}, TOOLS, HISTORY, config=config
+        )
     assert good.overall_valid is True
     assert invented.semantic["general_hallucination_check"].score == 2 and invented.overall_valid is False
     assert good.usage.requests == (1 if mode == "combined" else 4)

@@ -56,9 +56,9 @@ def neutral_latency(line: bytes) -> bytes:
     for match in _TOKEN.finditer(line):
         token = match.group()
         if token[0] == 0x22:  # a string: a key when a colon follows
-            if depth == 1 and token == b'"latency_ms"' and line[match.end():match.end() + 1] == b":":
+            if depth == 1 and token == b'"latency_ms"' and line[match.end() : match.end() + 1] == b":":
                 start = end = match.end() + 1
-                while line[end:end + 1] not in (b",", b"}"):
+                while line[end : end + 1] not in (b",", b"}"):
                     end += 1
                 return line[:start] + b"0" + line[end:]
         elif token in (b"[", b"{"):
@@ -69,8 +69,13 @@ def neutral_latency(line: bytes) -> bytes:
 
 
 def test_latency_is_neutralised_only_in_the_rows_own_key():
-    row = {"id": 'x","latency_ms":5,"y \\"latency_ms\\":7', "overall_valid": True, "warnings": ['"latency_ms":1'],
-           "latency_ms": 12.345, "results": [{"call": {"arguments": {"latency_ms": 9}}}]}
+    row = {
+        "id": 'x","latency_ms":5,"y \\"latency_ms\\":7',
+        "overall_valid": True,
+        "warnings": ['"latency_ms":1'],
+        "latency_ms": 12.345,
+        "results": [{"call": {"arguments": {"latency_ms": 9}}}],
+    }
     line = (dumps(row) + "\n").encode()
     out = json.loads(neutral_latency(line))
     assert out == {**row, "latency_ms": 0}
@@ -107,8 +112,17 @@ def check_lines(path: Path, out: Path, workers: int, flat: bool) -> list[bytes]:
 
 
 def batch_lines(path: Path, out: Path, workers: int, flat: bool) -> list[bytes]:
-    cli("batch", str(path), "--static-only", "-o", str(out), "--no-progress", "--workers", str(workers),
-        *(["--flat"] if flat else []))
+    cli(
+        "batch",
+        str(path),
+        "--static-only",
+        "-o",
+        str(out),
+        "--no-progress",
+        "--workers",
+        str(workers),
+        *(["--flat"] if flat else []),
+    )
     return out.read_bytes().splitlines(keepends=True)
 
 
@@ -172,8 +186,14 @@ def test_corpus_covers_every_outcome(seed, corpora, expected):
             if not line.isascii():
                 seen["error row with non-ASCII"] += 1
             error = row["error"]
-            for phrase in ("is not valid JSON", "is not valid UTF-8", "duplicate id", 'no "call" or "tool_calls"',
-                           '"tool_calls" must be a list', "expected a JSON object"):
+            for phrase in (
+                "is not valid JSON",
+                "is not valid UTF-8",
+                "duplicate id",
+                'no "call" or "tool_calls"',
+                '"tool_calls" must be a list',
+                "expected a JSON object",
+            ):
                 if phrase in error:
                     seen[f"error: {phrase}"] += 1
             continue
@@ -206,21 +226,47 @@ def test_corpus_covers_every_outcome(seed, corpora, expected):
                     seen[f"source {source['kind']}"] += 1
                 if not value["sources"]:
                     seen["ungrounded value"] += 1
-    wanted = {f"fails {name}" for name in STATIC_CHECKS} | {f"source {kind}" for kind in (
-        "user", "assistant", "tool", "system", "default", "enum")} | {
-        "stdlib fallback", "non-ASCII", "error row with non-ASCII", "id from line number", "id mentioning latency_ms",
-        "error row", "parallel", "warnings", "history warning", "spec warning", "valid", "several failing checks", "more than 20 findings",
-        "correction", "did you mean", "ungrounded value", "error: is not valid JSON", "error: is not valid UTF-8",
-        "error: duplicate id", 'error: no "call" or "tool_calls"', 'error: "tool_calls" must be a list',
-        "error: expected a JSON object"}
+    wanted = (
+        {f"fails {name}" for name in STATIC_CHECKS}
+        | {f"source {kind}" for kind in ("user", "assistant", "tool", "system", "default", "enum")}
+        | {
+            "stdlib fallback",
+            "non-ASCII",
+            "error row with non-ASCII",
+            "id from line number",
+            "id mentioning latency_ms",
+            "error row",
+            "parallel",
+            "warnings",
+            "history warning",
+            "spec warning",
+            "valid",
+            "several failing checks",
+            "more than 20 findings",
+            "correction",
+            "did you mean",
+            "ungrounded value",
+            "error: is not valid JSON",
+            "error: is not valid UTF-8",
+            "error: duplicate id",
+            'error: no "call" or "tool_calls"',
+            'error: "tool_calls" must be a list',
+            "error: expected a JSON object",
+        }
+    )
     assert not wanted - set(seen), f"seed {seed} lacks {sorted(wanted - set(seen))}"
 
 
 # --- every path writes the API's bytes ------------------------------------------------------------
 
+
 def _paths(seeds: list[int], flat: tuple[bool, ...] = (False, True), workers: tuple[int, ...] = (1, 2)) -> list[Any]:
-    return [pytest.param(seed, w, f, id=f"seed{seed}-w{w}-{'flat' if f else 'full'}")
-            for seed in seeds for w in workers for f in flat]
+    return [
+        pytest.param(seed, w, f, id=f"seed{seed}-w{w}-{'flat' if f else 'full'}")
+        for seed in seeds
+        for w in workers
+        for f in flat
+    ]
 
 
 @pytest.mark.slow
@@ -256,11 +302,30 @@ def test_lines_over_max_line_bytes_are_the_same_error_rows_everywhere(workers, c
     config.write_text(f"max_line_bytes: {limit}\n")
     expected = api_lines_with(corpora[2], ReflectionConfig(max_line_bytes=limit))
     assert any(b"max_line_bytes" in line for line in expected)
-    cli("check", str(corpora[2]), "--static-only", "--config", str(config), "-o", str(tmp_path / "check.jsonl"),
-        "--workers", str(workers))
+    cli(
+        "check",
+        str(corpora[2]),
+        "--static-only",
+        "--config",
+        str(config),
+        "-o",
+        str(tmp_path / "check.jsonl"),
+        "--workers",
+        str(workers),
+    )
     assert_same_lines((tmp_path / "check.jsonl").read_bytes().splitlines(keepends=True), expected)
-    cli("batch", str(corpora[2]), "--static-only", "--config", str(config), "-o", str(tmp_path / "batch.jsonl"),
-        "--no-progress", "--workers", str(workers))
+    cli(
+        "batch",
+        str(corpora[2]),
+        "--static-only",
+        "--config",
+        str(config),
+        "-o",
+        str(tmp_path / "batch.jsonl"),
+        "--no-progress",
+        "--workers",
+        str(workers),
+    )
     assert_same_lines((tmp_path / "batch.jsonl").read_bytes().splitlines(keepends=True), expected)
 
 
@@ -274,11 +339,27 @@ def test_the_reflection_command_writes_what_the_api_gives(corpora, expected, tmp
     """The installed entry point in a fresh process: cold caches, workers forked from a
     single-threaded parent."""
     out = tmp_path / "out.jsonl"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]),
-                                                                     os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", "reflection.cli", "check", str(corpora[1]), "--static-only",
-                           "-o", str(out), "--workers", "2"],
-                          env=env, capture_output=True, timeout=120)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reflection.cli",
+            "check",
+            str(corpora[1]),
+            "--static-only",
+            "-o",
+            str(out),
+            "--workers",
+            "2",
+        ],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     assert_same_lines(out.read_bytes().splitlines(keepends=True), expected[1, False])
 
@@ -302,8 +383,11 @@ def test_check_on_a_json_array_writes_what_the_api_gives(corpora, tmp_path):
         assert_same_lines(check_lines(array, tmp_path / f"out-{workers}.jsonl", workers, False), expected)
 
 
-@pytest.mark.parametrize(("seed", "flat"), [(1, False), (1, True), (2, False), (3, False)],
-                         ids=["seed1-full", "seed1-flat", "seed2-full", "seed3-full"])
+@pytest.mark.parametrize(
+    ("seed", "flat"),
+    [(1, False), (1, True), (2, False), (3, False)],
+    ids=["seed1-full", "seed1-flat", "seed2-full", "seed3-full"],
+)
 def test_reflector_and_result_row_give_the_rows_reflect_dataset_gives(seed, flat, corpora, expected):
     """The model path by hand: each input row read (`jsonl_row`, `read_row`), reflected by
     `Reflector.reflect` and turned into its row by `rows.result_row`, as a Python user would;
@@ -338,8 +422,9 @@ def test_the_models_built_from_the_plain_data_are_the_models_validation_builds(c
     field for field, the one pydantic builds by validating the same values."""
     reflector = Reflector(ReflectionConfig())
     numbered = enumerate(corpora[1].read_bytes().splitlines(keepends=True), start=1)
-    sources = [source for number, line in numbered
-               if (source := jsonl_row(number, line)) is not None and source.error is None]
+    sources = [
+        source for number, line in numbered if (source := jsonl_row(number, line)) is not None and source.error is None
+    ]
 
     async def results() -> list[Any]:
         found = []
@@ -376,7 +461,10 @@ def test_a_json_array_element_with_a_lone_surrogate_in_its_id_becomes_an_error_r
 
 def test_a_json_array_element_nesting_too_deep_is_read_as_the_same_json_lines_row_is(tmp_path):
     deep = b"[" * 1500 + b"]" * 1500
-    rows = [b'{"id": "a", "call": {"name": "ping"}, "history": ' + deep + b'}', b'{"id": "b", "call": {"name": "ping"}}']
+    rows = [
+        b'{"id": "a", "call": {"name": "ping"}, "history": ' + deep + b"}",
+        b'{"id": "b", "call": {"name": "ping"}}',
+    ]
     array, lines = tmp_path / "in.json", tmp_path / "in.jsonl"
     array.write_bytes(b"[" + b", ".join(rows) + b"]")
     lines.write_bytes(b"\n".join(rows) + b"\n")
@@ -387,8 +475,10 @@ def test_a_json_array_element_nesting_too_deep_is_read_as_the_same_json_lines_ro
 
 def test_tools_given_as_a_json_string_are_read_alike_from_json_lines_and_a_json_array(tmp_path):
     tools = [{"name": "ping", "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}}]
-    rows = [{"id": "a", "tools": json.dumps(tools), "call": {"name": "ping", "arguments": {"n": 1}}},
-            {"id": "b", "tools": json.dumps(tools), "call": {"name": "ping", "arguments": {"n": "x"}}}]
+    rows = [
+        {"id": "a", "tools": json.dumps(tools), "call": {"name": "ping", "arguments": {"n": 1}}},
+        {"id": "b", "tools": json.dumps(tools), "call": {"name": "ping", "arguments": {"n": "x"}}},
+    ]
     array, lines = tmp_path / "in.json", tmp_path / "in.jsonl"
     array.write_text(json.dumps(rows))
     lines.write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -400,16 +490,22 @@ def test_tools_given_as_a_json_string_are_read_alike_from_json_lines_and_a_json_
 def test_csv_columns_nesting_too_deep_are_read_as_the_same_json_lines_members_are(tmp_path):
     deep = "[" * 1500 + "]" * 1500
     tools = json.dumps([{"name": "ping"}])
-    cells = [{"id": "a", "tools": tools, "history": deep, "call": json.dumps({"name": "ping"})},
-             {"id": "b", "tools": tools, "history": "[]", "call": deep},
-             {"id": "c", "tools": deep, "history": "[]", "call": json.dumps({"name": "ping"})}]
+    cells = [
+        {"id": "a", "tools": tools, "history": deep, "call": json.dumps({"name": "ping"})},
+        {"id": "b", "tools": tools, "history": "[]", "call": deep},
+        {"id": "c", "tools": deep, "history": "[]", "call": json.dumps({"name": "ping"})},
+    ]
     table, lines = tmp_path / "in.csv", tmp_path / "in.jsonl"
     with table.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["id", "tools", "history", "call"])
         writer.writeheader()
         writer.writerows(cells)
-    lines.write_text("".join("{" + ", ".join(f'"{k}": {v if k != "id" else json.dumps(v)}' for k, v in row.items()) + "}\n"
-                             for row in cells))
+    lines.write_text(
+        "".join(
+            "{" + ", ".join(f'"{k}": {v if k != "id" else json.dumps(v)}' for k, v in row.items()) + "}\n"
+            for row in cells
+        )
+    )
     got = check_lines(table, tmp_path / "out-csv.jsonl", 1, False)
     assert [json.loads(line).get("error") for line in got] == [None, None, None]
     assert_same_lines(got, check_lines(lines, tmp_path / "out-lines.jsonl", 1, False))
@@ -425,8 +521,10 @@ _GOLDEN_PACKAGES = ("orjson", "msgspec", "jsonschema-rs", "pydantic", "pydantic-
 
 
 def _versions() -> dict[str, str]:
-    return {"python": "%d.%d" % sys.version_info[:2],
-            **{name: importlib.metadata.version(name) for name in _GOLDEN_PACKAGES}}
+    return {
+        "python": "%d.%d" % sys.version_info[:2],
+        **{name: importlib.metadata.version(name) for name in _GOLDEN_PACKAGES},
+    }
 
 
 def _digests(lines: list[bytes]) -> list[str]:
@@ -438,8 +536,13 @@ def write_golden(path: Path) -> None:
     corpus_path = path.with_name("_golden_corpus.jsonl")
     write_corpus(corpus_path, SEEDS[1], 1)
     try:
-        record = {"seed": 1, "rows": SEEDS[1], "versions": _versions(),
-                  "full": _digests(api_lines(corpus_path, False)), "flat": _digests(api_lines(corpus_path, True))}
+        record = {
+            "seed": 1,
+            "rows": SEEDS[1],
+            "versions": _versions(),
+            "full": _digests(api_lines(corpus_path, False)),
+            "flat": _digests(api_lines(corpus_path, True)),
+        }
     finally:
         corpus_path.unlink()
     path.write_text(json.dumps(record, indent=0) + "\n")
@@ -464,24 +567,44 @@ def _golden_problem(golden: dict[str, Any], lines: list[bytes], flat: bool) -> s
     changed = [number for number, (digest, was) in enumerate(zip(_digests(lines), recorded), start=1) if digest != was]
     if not changed and len(lines) == len(recorded):
         return None
-    where = (f"output line {changed[0]} of corpus seed 1 changed ({len(changed)} line(s) in all); it is now "
-             f"{lines[changed[0] - 1]!r}" if changed else f"corpus seed 1 gave {len(lines)} lines, {len(recorded)} recorded")
-    moved = {name: (golden["versions"].get(name), now) for name, now in _versions().items()
-             if golden["versions"].get(name) != now}
-    because = (f" The versions differ from the recorded ones ({', '.join(f'{k} {a} -> {b}' for k, (a, b) in moved.items())}): "
-               "if the change comes from a dependency's new release, check it is one users may get." if moved else "")
-    return (f"{where}, since the golden digests were recorded.{because} If the change is deliberate, re-record "
-            "them on this commit: PYTHONPATH=. python tests/test_sinks.py")
+    where = (
+        f"output line {changed[0]} of corpus seed 1 changed ({len(changed)} line(s) in all); it is now "
+        f"{lines[changed[0] - 1]!r}"
+        if changed
+        else f"corpus seed 1 gave {len(lines)} lines, {len(recorded)} recorded"
+    )
+    moved = {
+        name: (golden["versions"].get(name), now)
+        for name, now in _versions().items()
+        if golden["versions"].get(name) != now
+    }
+    because = (
+        f" The versions differ from the recorded ones ({', '.join(f'{k} {a} -> {b}' for k, (a, b) in moved.items())}): "
+        "if the change comes from a dependency's new release, check it is one users may get."
+        if moved
+        else ""
+    )
+    return (
+        f"{where}, since the golden digests were recorded.{because} If the change is deliberate, re-record "
+        "them on this commit: PYTHONPATH=. python tests/test_sinks.py"
+    )
 
 
 def test_the_golden_guard_fails_with_a_re_record_instruction_whatever_the_versions(expected):
     golden = json.loads(GOLDEN.read_text())
     lines = expected[1, False]
     assert _golden_problem(golden, lines, False) is None
-    altered = {**golden, "versions": {**golden["versions"], "pydantic": "0.0.1"}, "full": ["0" * 16, *golden["full"][1:]]}
+    altered = {
+        **golden,
+        "versions": {**golden["versions"], "pydantic": "0.0.1"},
+        "full": ["0" * 16, *golden["full"][1:]],
+    }
     problem = _golden_problem(altered, lines, False)
     assert problem is not None and problem.startswith("output line 1 of corpus seed 1 changed (1 line(s) in all)")
-    assert "pydantic 0.0.1 -> " in problem and "re-record them on this commit: PYTHONPATH=. python tests/test_sinks.py" in problem
+    assert (
+        "pydantic 0.0.1 -> " in problem
+        and "re-record them on this commit: PYTHONPATH=. python tests/test_sinks.py" in problem
+    )
     assert _golden_problem({**golden, "versions": {}}, lines, False) is None  # other versions alone never fail it
 
 

@@ -111,22 +111,29 @@ def test_unknown_key_in_nested_object_is_allowed_when_the_schema_does_not_forbid
 
 
 def test_unknown_key_in_nested_object_with_additional_properties_false_is_non_existent_parameter():
-    schema = {"type": "object", "properties": {
-        "filter": {"type": "object", "properties": {"a": {}}, "additionalProperties": False}}}
-    finding = only(check_call(call({"filter": {"a": 1, "b": 2}}, name="t"), tools_with(schema, "t")),
-                   "non_existent_parameter")
+    schema = {
+        "type": "object",
+        "properties": {"filter": {"type": "object", "properties": {"a": {}}, "additionalProperties": False}},
+    }
+    finding = only(
+        check_call(call({"filter": {"a": 1, "b": 2}}, name="t"), tools_with(schema, "t")), "non_existent_parameter"
+    )
     assert finding.path == "$.filter.b" and finding.expected == ["a"] and finding.actual == "b"
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "object", "$ref": "#/$defs/base", "$defs": {"base": {"properties": {"x": {}}}}},
-    {"type": "object", "allOf": [{"properties": {"x": {}}}]},
-    {"type": "object", "anyOf": [{"properties": {"x": {}}}, {"properties": {"y": {}}}]},
-    {"type": "object", "oneOf": [{"properties": {"x": {}}}]},
-    {"type": "object", "if": {"properties": {"k": {}}}, "then": {"properties": {"x": {}}}},
-    {"type": "object", "properties": {"k": {}}, "dependentSchemas": {"k": {"properties": {"x": {}}}}},
-    {"type": "object", "patternProperties": {"^x": {}}},
-], ids=["ref", "allOf", "anyOf", "oneOf", "if-then", "dependentSchemas", "patternProperties"])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "$ref": "#/$defs/base", "$defs": {"base": {"properties": {"x": {}}}}},
+        {"type": "object", "allOf": [{"properties": {"x": {}}}]},
+        {"type": "object", "anyOf": [{"properties": {"x": {}}}, {"properties": {"y": {}}}]},
+        {"type": "object", "oneOf": [{"properties": {"x": {}}}]},
+        {"type": "object", "if": {"properties": {"k": {}}}, "then": {"properties": {"x": {}}}},
+        {"type": "object", "properties": {"k": {}}, "dependentSchemas": {"k": {"properties": {"x": {}}}}},
+        {"type": "object", "patternProperties": {"^x": {}}},
+    ],
+    ids=["ref", "allOf", "anyOf", "oneOf", "if-then", "dependentSchemas", "patternProperties"],
+)
 def test_names_defined_through_subschemas_are_not_unknown(schema):
     result = check_call(call({"x": 1}, name="t"), tools_with(schema, "t"))
     assert result.checks["non_existent_parameter"].passed, result.findings()
@@ -139,8 +146,11 @@ def test_truthy_additional_properties_defines_every_name(extra):
 
 
 def test_unevaluated_properties_is_json_schema_violation_for_defined_but_unevaluated_names():
-    schema = {"type": "object", "unevaluatedProperties": False,
-              "anyOf": [{"properties": {"a": {"type": "integer"}}}, {"properties": {"b": {"type": "string"}}}]}
+    schema = {
+        "type": "object",
+        "unevaluatedProperties": False,
+        "anyOf": [{"properties": {"a": {"type": "integer"}}}, {"properties": {"b": {"type": "string"}}}],
+    }
     # "b" is defined (in a branch) but the branch that evaluates it fails, so it stays unevaluated.
     finding = only(check_call(call({"a": 1, "b": 2}, name="t"), tools_with(schema, "t")), "json_schema_violation")
     assert finding.path == "$.b" and finding.keyword == "unevaluatedProperties"
@@ -163,8 +173,12 @@ def test_wrong_type_is_incorrect_parameter_type_with_expected_and_actual():
 
 
 def test_wrong_type_inside_array_items_has_indexed_path():
-    schema = {"type": "object", "properties": {"items": {"type": "array", "items": {
-        "type": "object", "properties": {"qty": {"type": "integer"}}}}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": {"type": "object", "properties": {"qty": {"type": "integer"}}}}
+        },
+    }
     result = check_call(call({"items": [{"qty": 1}, {"qty": "2"}]}, name="t"), tools_with(schema, "t"))
     assert only(result, "incorrect_parameter_type").path == "$.items[1].qty"
 
@@ -176,22 +190,37 @@ def test_nullable_union_given_wrong_type_is_incorrect_parameter_type():
 
 
 def test_union_with_one_branch_of_the_right_type_reports_that_branch():
-    schema = {"type": "object", "properties": {"opt": {"anyOf": [
-        {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}, {"type": "null"}]}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "opt": {
+                "anyOf": [
+                    {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]},
+                    {"type": "null"},
+                ]
+            }
+        },
+    }
     finding = only(check_call(call({"opt": {}}, name="t"), tools_with(schema, "t")), "missing_required_parameter")
     assert finding.path == "$.opt.x"
 
 
 def test_one_of_branch_of_the_right_type_reports_its_enum_violation():
-    schema = {"type": "object", "properties": {"mode": {"oneOf": [
-        {"type": "string", "enum": ["fast", "slow"]}, {"type": "integer"}]}}}
+    schema = {
+        "type": "object",
+        "properties": {"mode": {"oneOf": [{"type": "string", "enum": ["fast", "slow"]}, {"type": "integer"}]}},
+    }
     finding = only(check_call(call({"mode": "medium"}, name="t"), tools_with(schema, "t")), "allowed_values_violation")
     assert finding.expected == ["fast", "slow"]
 
 
 def test_union_failing_several_same_type_branches_is_json_schema_violation():
-    schema = {"type": "object", "properties": {"when": {"anyOf": [
-        {"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}]}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "when": {"anyOf": [{"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}]}
+        },
+    }
     finding = only(check_call(call({"when": "soon"}, name="t"), tools_with(schema, "t")), "json_schema_violation")
     assert finding.keyword == "anyOf" and finding.path == "$.when"
 
@@ -220,8 +249,15 @@ def test_missing_required_parameter_points_at_the_missing_name():
 
 
 def test_missing_required_in_nested_array_item():
-    schema = {"type": "object", "properties": {"items": {"type": "array", "items": {
-        "type": "object", "properties": {"sku": {}, "qty": {}}, "required": ["sku", "qty"]}}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "items": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"sku": {}, "qty": {}}, "required": ["sku", "qty"]},
+            }
+        },
+    }
     result = check_call(call({"items": [{"sku": "a", "qty": 1}, {"sku": "b"}]}, name="t"), tools_with(schema, "t"))
     assert only(result, "missing_required_parameter").path == "$.items[1].qty"
 
@@ -242,9 +278,15 @@ def test_required_twice_in_all_of_is_reported_once():
 
 
 def test_enum_violation_lists_the_allowed_values():
-    finding = only(check_call(call({"city": "Paris", "unit": "kelvin"}), tools_with(WEATHER)), "allowed_values_violation")
+    finding = only(
+        check_call(call({"city": "Paris", "unit": "kelvin"}), tools_with(WEATHER)), "allowed_values_violation"
+    )
     assert (finding.path, finding.expected, finding.actual, finding.keyword) == (
-        "$.unit", ["celsius", "fahrenheit"], "kelvin", "enum")
+        "$.unit",
+        ["celsius", "fahrenheit"],
+        "kelvin",
+        "enum",
+    )
     assert '"celsius", "fahrenheit"' in finding.message
 
 
@@ -257,15 +299,18 @@ def test_const_violation():
 # --- json_schema_violation -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("sub", "value", "keyword", "expected"), [
-    ({"type": "integer", "minimum": 1}, 0, "minimum", 1),
-    ({"type": "string", "pattern": "^[A-Z]{3}$"}, "lhr", "pattern", "^[A-Z]{3}$"),
-    ({"type": "string", "maxLength": 3}, "abcd", "maxLength", 3),
-    ({"type": "array", "minItems": 2}, [1], "minItems", 2),
-    ({"type": "array", "uniqueItems": True}, [1, 1], "uniqueItems", None),
-    ({"type": "number", "multipleOf": 5}, 7, "multipleOf", 5),
-    ({"not": {"type": "string"}}, "x", "not", {"type": "string"}),
-])
+@pytest.mark.parametrize(
+    ("sub", "value", "keyword", "expected"),
+    [
+        ({"type": "integer", "minimum": 1}, 0, "minimum", 1),
+        ({"type": "string", "pattern": "^[A-Z]{3}$"}, "lhr", "pattern", "^[A-Z]{3}$"),
+        ({"type": "string", "maxLength": 3}, "abcd", "maxLength", 3),
+        ({"type": "array", "minItems": 2}, [1], "minItems", 2),
+        ({"type": "array", "uniqueItems": True}, [1, 1], "uniqueItems", None),
+        ({"type": "number", "multipleOf": 5}, 7, "multipleOf", 5),
+        ({"not": {"type": "string"}}, "x", "not", {"type": "string"}),
+    ],
+)
 def test_other_keywords_are_json_schema_violation(sub, value, keyword, expected):
     schema = {"type": "object", "properties": {"v": sub}}
     finding = only(check_call(call({"v": value}, name="t"), tools_with(schema, "t")), "json_schema_violation")
@@ -276,81 +321,124 @@ def test_other_keywords_are_json_schema_violation(sub, value, keyword, expected)
 
 def test_path_quotes_keys_that_are_not_identifiers():
     schema = {"type": "object", "properties": {"my key": {"type": "integer"}}}
-    assert only(check_call(call({"my key": "x"}, name="t"), tools_with(schema, "t")),
-                "incorrect_parameter_type").path == "$['my key']"
+    assert (
+        only(check_call(call({"my key": "x"}, name="t"), tools_with(schema, "t")), "incorrect_parameter_type").path
+        == "$['my key']"
+    )
 
 
 # --- drafts and refs -------------------------------------------------------------------------
 
 
 def test_draft7_array_items_is_tuple_validation():
-    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "properties": {
-        "pair": {"type": "array", "items": [{"type": "integer"}, {"type": "string"}]}}}
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {"pair": {"type": "array", "items": [{"type": "integer"}, {"type": "string"}]}},
+    }
     result = check_call(call({"pair": [1, 2]}, name="t"), tools_with(schema, "t"))
     assert only(result, "incorrect_parameter_type").path == "$.pair[1]"
 
 
 def test_array_items_without_schema_is_read_as_draft7_tuple_validation():
-    schema = {"type": "object", "properties": {"pair": {"type": "array", "items": [{"type": "integer"}, {"type": "string"}]}}}
+    schema = {
+        "type": "object",
+        "properties": {"pair": {"type": "array", "items": [{"type": "integer"}, {"type": "string"}]}},
+    }
     assert check_call(call({"pair": [1, "a"]}, name="t"), tools_with(schema, "t")).valid
     result = check_call(call({"pair": [1, 2]}, name="t"), tools_with(schema, "t"))
     assert only(result, "incorrect_parameter_type").path == "$.pair[1]"
 
 
-@pytest.mark.parametrize("form", [
-    {"additionalItems": False},
-    {"dependencies": {"a": ["b"]}},
-    {"definitions": {"n": {"type": "integer"}}},
-], ids=["additionalItems", "dependencies", "definitions"])
+@pytest.mark.parametrize(
+    "form",
+    [
+        {"additionalItems": False},
+        {"dependencies": {"a": ["b"]}},
+        {"definitions": {"n": {"type": "integer"}}},
+    ],
+    ids=["additionalItems", "dependencies", "definitions"],
+)
 def test_a_spec_without_schema_using_a_draft7_only_form_is_read_as_draft7(form):
     # Draft 7 ignores the siblings of a $ref, 2020-12 applies them: the `maximum` tells which is read.
-    schema = {"type": "object", "properties": {"n": {"$ref": "#/properties/m", "maximum": 1}, "m": {"type": "integer"},
-                                               "extra": {"type": "object", **form}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"$ref": "#/properties/m", "maximum": 1},
+            "m": {"type": "integer"},
+            "extra": {"type": "object", **form},
+        },
+    }
     assert check_call(call({"n": 5}, name="t"), tools_with(schema, "t")).valid
     with_2020_form = {**schema, "$defs": {}}
-    assert only(check_call(call({"n": 5}, name="t"), tools_with(with_2020_form, "t")),
-                "json_schema_violation").keyword == "maximum"
+    assert (
+        only(check_call(call({"n": 5}, name="t"), tools_with(with_2020_form, "t")), "json_schema_violation").keyword
+        == "maximum"
+    )
 
 
 def test_array_items_beside_a_2020_12_only_form_stays_an_invalid_spec():
-    schema = {"type": "object", "properties": {"pair": {"type": "array", "items": [{"type": "integer"}]},
-                                               "rest": {"type": "array", "prefixItems": [{"type": "integer"}]}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "pair": {"type": "array", "items": [{"type": "integer"}]},
+            "rest": {"type": "array", "prefixItems": [{"type": "integer"}]},
+        },
+    }
     finding = only(check_call(call({"pair": [1]}, name="t"), tools_with(schema, "t")), "invalid_api_spec")
     assert "not a valid JSON Schema" in finding.message and "Arguments not checked" in finding.message
 
 
 def test_a_declared_schema_decides_the_draft():
-    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
-              "properties": {"pair": {"type": "array", "items": [{"type": "integer"}]}}}
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"pair": {"type": "array", "items": [{"type": "integer"}]}},
+    }
     assert failing(check_call(call({"pair": [1]}, name="t"), tools_with(schema, "t"))) == ["invalid_api_spec"]
 
 
 def test_format_stays_an_assertion_in_a_spec_read_as_draft7():
-    schema = {"type": "object", "properties": {"d": {"type": "string", "format": "date"}},
-              "definitions": {"unused": {}}}
-    assert only(check_call(call({"d": "2024-13-01"}, name="t"), tools_with(schema, "t")),
-                "json_schema_violation").keyword == "format"
+    schema = {
+        "type": "object",
+        "properties": {"d": {"type": "string", "format": "date"}},
+        "definitions": {"unused": {}},
+    }
+    assert (
+        only(check_call(call({"d": "2024-13-01"}, name="t"), tools_with(schema, "t")), "json_schema_violation").keyword
+        == "format"
+    )
 
 
 def test_prefix_items_in_2020_12():
-    schema = {"type": "object", "properties": {
-        "pair": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]}}}
+    schema = {
+        "type": "object",
+        "properties": {"pair": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]}},
+    }
     result = check_call(call({"pair": [1, 2]}, name="t"), tools_with(schema, "t"))
     finding = only(result, "incorrect_parameter_type")
     assert finding.path == "$.pair[1]" and finding.expected == "string"
 
 
 def test_defs_ref_is_followed():
-    schema = {"type": "object", "properties": {"at": {"$ref": "#/$defs/point"}}, "$defs": {
-        "point": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}}}
-    assert only(check_call(call({"at": {}}, name="t"), tools_with(schema, "t")),
-                "missing_required_parameter").path == "$.at.x"
+    schema = {
+        "type": "object",
+        "properties": {"at": {"$ref": "#/$defs/point"}},
+        "$defs": {"point": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}},
+    }
+    assert (
+        only(check_call(call({"at": {}}, name="t"), tools_with(schema, "t")), "missing_required_parameter").path
+        == "$.at.x"
+    )
 
 
 def test_draft7_definitions_ref_is_followed():
-    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
-              "properties": {"n": {"$ref": "#/definitions/count"}},
-              "definitions": {"count": {"type": "integer", "minimum": 0}}}
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {"n": {"$ref": "#/definitions/count"}},
+        "definitions": {"count": {"type": "integer", "minimum": 0}},
+    }
     finding = only(check_call(call({"n": -1}, name="t"), tools_with(schema, "t")), "json_schema_violation")
     assert finding.keyword == "minimum"
 
@@ -364,8 +452,10 @@ def test_remote_ref_is_not_fetched_and_is_invalid_api_spec():
 
 def test_unresolvable_local_ref_is_invalid_api_spec():
     schema = {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}
-    assert "not a valid JSON Schema" in only(check_call(call({}, name="t"), tools_with(schema, "t")),
-                                             "invalid_api_spec").message
+    assert (
+        "not a valid JSON Schema"
+        in only(check_call(call({}, name="t"), tools_with(schema, "t")), "invalid_api_spec").message
+    )
 
 
 def test_unknown_meta_schema_is_invalid_api_spec():
@@ -376,16 +466,19 @@ def test_unknown_meta_schema_is_invalid_api_spec():
 # --- formats ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("fmt", "good", "bad"), [
-    ("date", "2024-02-29", "2024-02-30"),
-    ("date-time", "2024-01-01T12:00:00Z", "2024-01-01 noon"),
-    ("time", "12:00:00Z", "25:00:00Z"),
-    ("email", "ana@example.com", "not an email"),
-    ("uri", "https://example.com/a?b=c", "no scheme here"),
-    ("uuid", "6f1c2a9e-8d4b-4c3a-9e2f-1a2b3c4d5e6f", "6f1c2a9e-8d4b"),
-    ("ipv4", "192.168.0.1", "192.168.0.256"),
-    ("ipv6", "2001:db8::1", "2001:db8:::1"),
-])
+@pytest.mark.parametrize(
+    ("fmt", "good", "bad"),
+    [
+        ("date", "2024-02-29", "2024-02-30"),
+        ("date-time", "2024-01-01T12:00:00Z", "2024-01-01 noon"),
+        ("time", "12:00:00Z", "25:00:00Z"),
+        ("email", "ana@example.com", "not an email"),
+        ("uri", "https://example.com/a?b=c", "no scheme here"),
+        ("uuid", "6f1c2a9e-8d4b-4c3a-9e2f-1a2b3c4d5e6f", "6f1c2a9e-8d4b"),
+        ("ipv4", "192.168.0.1", "192.168.0.256"),
+        ("ipv6", "2001:db8::1", "2001:db8:::1"),
+    ],
+)
 def test_format_is_asserted(fmt, good, bad):
     tools = tools_with({"type": "object", "properties": {"v": {"type": "string", "format": fmt}}}, "t")
     assert check_call(call({"v": good}, name="t"), tools).valid
@@ -402,14 +495,17 @@ def test_no_specs_is_empty_api_spec(tools):
     assert "Arguments not checked" in finding.message
 
 
-@pytest.mark.parametrize(("arguments", "fragment"), [
-    ('{"city": "Paris"', "not valid JSON"),
-    ('{"city": "Paris"} trailing', "not valid JSON"),
-    ('{"days": NaN}', "not valid JSON"),
-    ('{"days": Infinity}', "not valid JSON"),
-    ("[1, 2]", "must be a JSON object"),
-    (7, "must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "fragment"),
+    [
+        ('{"city": "Paris"', "not valid JSON"),
+        ('{"city": "Paris"} trailing', "not valid JSON"),
+        ('{"days": NaN}', "not valid JSON"),
+        ('{"days": Infinity}', "not valid JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        (7, "must be a JSON object"),
+    ],
+)
 def test_unreadable_arguments_are_invalid_tool_call(arguments, fragment):
     finding = only(check_call(call(arguments), tools_with(WEATHER)), "invalid_tool_call")
     assert fragment in finding.message and "Arguments not checked" in finding.message
@@ -455,8 +551,10 @@ def test_called_tool_that_may_be_an_unreadable_spec_is_invalid_api_spec():
 
 
 def test_broken_spec_of_another_tool_is_only_a_warning():
-    tools = tools_with(WEATHER) + [{"description": "no name"},
-                                   {"name": "broken", "parameters": {"type": "object", "properties": {"a": {"type": 7}}}}]
+    tools = tools_with(WEATHER) + [
+        {"description": "no name"},
+        {"name": "broken", "parameters": {"type": "object", "properties": {"a": {"type": 7}}}},
+    ]
     result = check_call(call({"city": "Paris"}), tools)
     assert result.valid
     assert len(result.warnings) == 2
@@ -464,9 +562,13 @@ def test_broken_spec_of_another_tool_is_only_a_warning():
 
 
 def test_several_calls_given_to_check_call_is_invalid_tool_call():
-    message = {"role": "assistant", "tool_calls": [
-        {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-        {"id": "b", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": 1}'}}]}
+    message = {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+            {"id": "b", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": 1}'}},
+        ],
+    }
     assert "use check_calls" in only(check_call(message, tools_with(WEATHER)), "invalid_tool_call").message
 
 
@@ -474,10 +576,14 @@ def test_several_calls_given_to_check_call_is_invalid_tool_call():
 
 
 def test_parallel_calls_are_reported_per_call():
-    message = {"role": "assistant", "tool_calls": [
-        {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-        {"id": "b", "type": "function", "function": {"name": "get_weather", "arguments": '{"days": 3}'}},
-        {"id": "c", "type": "function", "function": {"name": "nope", "arguments": "{}"}}]}
+    message = {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+            {"id": "b", "type": "function", "function": {"name": "get_weather", "arguments": '{"days": 3}'}},
+            {"id": "c", "type": "function", "function": {"name": "nope", "arguments": "{}"}},
+        ],
+    }
     results = check_calls(message, tools_with(WEATHER))
     assert [r.call.id for r in results] == ["a", "b", "c"]
     assert [failing(r) for r in results] == [[], ["missing_required_parameter"], ["non_existent_function"]]
@@ -490,24 +596,45 @@ def test_check_calls_accepts_tool_call_objects():
 
 # --- spec and call formats -------------------------------------------------------------------
 
-BFCL = {"name": "calc", "description": "d", "parameters": {"type": "dict", "properties": {
-    "x": {"type": "float"}, "pair": {"type": "tuple", "items": {"type": "integer"}}, "anything": {"type": "any"}},
-    "required": ["x"]}}
+BFCL = {
+    "name": "calc",
+    "description": "d",
+    "parameters": {
+        "type": "dict",
+        "properties": {
+            "x": {"type": "float"},
+            "pair": {"type": "tuple", "items": {"type": "integer"}},
+            "anything": {"type": "any"},
+        },
+        "required": ["x"],
+    },
+}
 
 
-@pytest.mark.parametrize("spec", [
-    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
-    {"name": "get_weather", "description": "bare", "parameters": WEATHER},
-    {"name": "get_weather", "description": "anthropic", "input_schema": WEATHER},
-    {"name": "get_weather", "description": "mcp", "inputSchema": WEATHER},
-    {"name": "get_weather", "parameters": [
-        {"name": "city", "type": "string", "required": True},
-        {"name": "unit", "type": "string", "enum": ["celsius", "fahrenheit"]},
-        {"name": "days", "type": "integer", "minimum": 1, "maximum": 14}]},
-], ids=["openai", "bare", "anthropic", "mcp", "parameter_list"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+        {"name": "get_weather", "description": "bare", "parameters": WEATHER},
+        {"name": "get_weather", "description": "anthropic", "input_schema": WEATHER},
+        {"name": "get_weather", "description": "mcp", "inputSchema": WEATHER},
+        {
+            "name": "get_weather",
+            "parameters": [
+                {"name": "city", "type": "string", "required": True},
+                {"name": "unit", "type": "string", "enum": ["celsius", "fahrenheit"]},
+                {"name": "days", "type": "integer", "minimum": 1, "maximum": 14},
+            ],
+        },
+    ],
+    ids=["openai", "bare", "anthropic", "mcp", "parameter_list"],
+)
 def test_spec_formats_end_to_end(spec):
     assert check_call(call({"city": "Paris", "days": 3}), [spec]).valid
-    assert failing(check_call(call({"days": "3"}), [spec])) == ["incorrect_parameter_type", "missing_required_parameter"]
+    assert failing(check_call(call({"days": "3"}), [spec])) == [
+        "incorrect_parameter_type",
+        "missing_required_parameter",
+    ]
     assert failing(check_call(call({"city": "Paris", "unit": "K"}), [spec])) == ["allowed_values_violation"]
 
 
@@ -517,13 +644,17 @@ def test_bfcl_type_names_end_to_end():
     assert [f.path for f in result.checks["incorrect_parameter_type"].findings] == ["$.x", "$.pair"]
 
 
-@pytest.mark.parametrize("raw", [
-    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
-    {"name": "get_weather", "arguments": {"city": "Paris"}},
-    '{"name": "get_weather", "arguments": {"city": "Paris"}}',
-    ToolCall(name="get_weather", arguments={"city": "Paris"}),
-], ids=["openai", "anthropic", "plain", "json-text", "ToolCall"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+        {"name": "get_weather", "arguments": {"city": "Paris"}},
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}',
+        ToolCall(name="get_weather", arguments={"city": "Paris"}),
+    ],
+    ids=["openai", "anthropic", "plain", "json-text", "ToolCall"],
+)
 def test_call_shapes_end_to_end(raw):
     assert check_call(raw, tools_with(WEATHER)).valid
 
@@ -567,7 +698,9 @@ def test_tool_list_with_a_uuid_raises_even_after_the_same_json_was_seen():
 def test_each_distinct_schema_is_compiled_once(monkeypatch):
     compiled = []
     original = static._compile
-    monkeypatch.setattr(static, "_compile", lambda schema, **options: compiled.append(schema) or original(schema, **options))
+    monkeypatch.setattr(
+        static, "_compile", lambda schema, **options: compiled.append(schema) or original(schema, **options)
+    )
     schema = {"type": "object", "properties": {"unique_for_this_test": {"type": "integer"}}}
     for value in (1, "x", 2):
         check_call(call({"unique_for_this_test": value}, name="t"), tools_with(schema, "t"))
@@ -588,7 +721,9 @@ def test_schema_cache_keeps_the_schemas_in_use_and_evicts_the_stalest(monkeypatc
     monkeypatch.setattr(static, "_SCHEMAS", LRU(4))
     compiled = []
     real = static._compile
-    monkeypatch.setattr(static, "_compile", lambda schema, **options: compiled.append(schema) or real(schema, **options))
+    monkeypatch.setattr(
+        static, "_compile", lambda schema, **options: compiled.append(schema) or real(schema, **options)
+    )
     hot = {"type": "object", "properties": {"hot": {"type": "integer"}}}
     for i in range(12):  # the hot schema between ever-new ones: it must never be compiled again
         check_call(call({"hot": 1}, name="h"), tools_with(hot, "h"))
@@ -621,7 +756,10 @@ def test_schema_with_nan_is_invalid_api_spec():
 
 
 def test_a_null_where_a_type_is_expected_reads_once():
-    result = check_call({"name": "f", "arguments": {"a": None}},
-                        [{"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}])
+    result = check_call(
+        {"name": "f", "arguments": {"a": None}},
+        [{"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}],
+    )
     assert result.checks["incorrect_parameter_type"].findings[0].message == (
-        "$.a: expected integer, got null. Send a value of type integer.")
+        "$.a: expected integer, got null. Send a value of type integer."
+    )

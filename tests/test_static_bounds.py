@@ -71,18 +71,46 @@ def test_a_schema_just_under_the_bound_is_checked_as_usual():
 
 def test_references_that_multiply_one_level_down_are_bounded_too():
     # `items` and `contains` both apply to each item: evaluations double with every level of nesting.
-    schema = {"type": "object", "properties": {"x": {"$ref": "#/$defs/l"}},
-              "$defs": {"l": {"type": "array", "items": {"$ref": "#/$defs/l"}, "contains": {"$ref": "#/$defs/l"}}}}
+    schema = {
+        "type": "object",
+        "properties": {"x": {"$ref": "#/$defs/l"}},
+        "$defs": {"l": {"type": "array", "items": {"$ref": "#/$defs/l"}, "contains": {"$ref": "#/$defs/l"}}},
+    }
     assert failing(check(schema, {"x": []})) == ["invalid_api_spec"]
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "object", "properties": {"tree": {"$ref": "#/$defs/node"}}, "$defs": {"node": {
-        "type": "object", "properties": {"value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}}},
-    {"type": "object", "properties": {"data": {"$ref": "#/$defs/json"}}, "$defs": {"json": {"anyOf": [
-        {"type": ["string", "number", "boolean", "null"]}, {"type": "array", "items": {"$ref": "#/$defs/json"}},
-        {"type": "object", "additionalProperties": {"$ref": "#/$defs/json"}}]}}},
-], ids=["tree", "any JSON value"])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {
+            "type": "object",
+            "properties": {"tree": {"$ref": "#/$defs/node"}},
+            "$defs": {
+                "node": {
+                    "type": "object",
+                    "properties": {
+                        "value": {"type": "integer"},
+                        "children": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+                    },
+                }
+            },
+        },
+        {
+            "type": "object",
+            "properties": {"data": {"$ref": "#/$defs/json"}},
+            "$defs": {
+                "json": {
+                    "anyOf": [
+                        {"type": ["string", "number", "boolean", "null"]},
+                        {"type": "array", "items": {"$ref": "#/$defs/json"}},
+                        {"type": "object", "additionalProperties": {"$ref": "#/$defs/json"}},
+                    ]
+                }
+            },
+        },
+    ],
+    ids=["tree", "any JSON value"],
+)
 def test_recursive_schemas_that_consume_the_value_are_not_refused(schema):
     arguments = {"tree": {"value": 1, "children": [{"value": 2, "children": []}]}, "data": {"a": [1, {"b": None}]}}
     key = next(iter(schema["properties"]))
@@ -90,8 +118,11 @@ def test_recursive_schemas_that_consume_the_value_are_not_refused(schema):
 
 
 def test_an_in_place_loop_through_a_branch_is_an_invalid_spec():
-    schema = {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}},
-              "$defs": {"a": {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/a"}]}}}
+    schema = {
+        "type": "object",
+        "properties": {"x": {"$ref": "#/$defs/a"}},
+        "$defs": {"a": {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/a"}]}},
+    }
     result = check(schema, {"x": 1})
     assert failing(result) == ["invalid_api_spec"]
     message = result.checks["invalid_api_spec"].findings[0].message

@@ -34,8 +34,11 @@ def _cases() -> list[Any]:
     for line in lines[1:]:
         group = json.loads(line)
         for test in group["tests"]:
-            out.append(pytest.param(group["schema"], test,
-                                    id=f"{group['draft']}/{group['file']}: {group['group']} / {test['test']}"))
+            out.append(
+                pytest.param(
+                    group["schema"], test, id=f"{group['draft']}/{group['file']}: {group['group']} / {test['test']}"
+                )
+            )
     return out
 
 
@@ -59,7 +62,8 @@ def test_the_static_stage_agrees_with_the_json_schema_test_suite(schema, test):
         assert result.valid == test["valid"], result.findings()
     if test["valid"]:
         assert result.correction is None or set(result.correction.arguments) >= {
-            name for name in test["data"] if _mentions(schema, name)}
+            name for name in test["data"] if _mentions(schema, name)
+        }
 
 
 def test_the_subset_is_representative():

@@ -32,38 +32,82 @@ REFERENCED = [
     pytest.param({"$defs": {"p": {"$anchor": "p", "properties": {"foo": {}}}}, "$ref": "#p"}, id="anchor"),
     pytest.param({"$defs": {"p": {"properties": {"foo": {}}}}, "$ref": "#/$defs/p"}, id="pointer"),
     pytest.param({"$defs": {"p": {"properties": {"foo": {}}}}, "$ref": "#/%24defs/p"}, id="percent-encoded pointer"),
-    pytest.param({"$id": "https://example.com/root.json", "$ref": "item.json",
-                  "$defs": {"i": {"$id": "item.json", "properties": {"foo": {}}}}}, id="$id-relative URI"),
-    pytest.param({"$id": "https://example.com/root.json", "$ref": "https://example.com/item.json",
-                  "$defs": {"i": {"$id": "https://example.com/item.json", "properties": {"foo": {}}}}},
-                 id="absolute URI"),
-    pytest.param({"$ref": "urn:example:item", "$defs": {"i": {"$id": "urn:example:item", "properties": {"foo": {}}}}},
-                 id="URN"),
-    pytest.param({"$id": "https://example.com/root.json", "$ref": "item.json#p",
-                  "$defs": {"i": {"$id": "item.json", "$defs": {"x": {"$anchor": "p", "properties": {"foo": {}}}}}}},
-                 id="anchor in another resource"),
-    pytest.param({"$id": "https://example.com/root.json", "$ref": "item.json#/$defs/x",
-                  "$defs": {"i": {"$id": "item.json", "$defs": {"x": {"properties": {"foo": {}}}}}}},
-                 id="pointer in another resource"),
-    pytest.param({"$dynamicAnchor": "node", "$ref": "#/$defs/base",
-                  "$defs": {"base": {"$dynamicRef": "#node", "properties": {"bar": {}}},
-                            "ext": {"$dynamicAnchor": "node", "properties": {"foo": {}}}}}, id="$dynamicRef"),
-    pytest.param({"$schema": DRAFT2019, "$recursiveAnchor": True, "$ref": "#/$defs/base",
-                  "$defs": {"base": {"$recursiveRef": "#", "properties": {"bar": {}}}},
-                  "properties": {"foo": {}}}, id="$recursiveRef"),
-    pytest.param({"$schema": DRAFT7, "$ref": "#foo", "definitions": {"a": {"$id": "#foo", "properties": {"foo": {}}}}},
-                 id="draft-7 $id anchor"),
+    pytest.param(
+        {
+            "$id": "https://example.com/root.json",
+            "$ref": "item.json",
+            "$defs": {"i": {"$id": "item.json", "properties": {"foo": {}}}},
+        },
+        id="$id-relative URI",
+    ),
+    pytest.param(
+        {
+            "$id": "https://example.com/root.json",
+            "$ref": "https://example.com/item.json",
+            "$defs": {"i": {"$id": "https://example.com/item.json", "properties": {"foo": {}}}},
+        },
+        id="absolute URI",
+    ),
+    pytest.param(
+        {"$ref": "urn:example:item", "$defs": {"i": {"$id": "urn:example:item", "properties": {"foo": {}}}}}, id="URN"
+    ),
+    pytest.param(
+        {
+            "$id": "https://example.com/root.json",
+            "$ref": "item.json#p",
+            "$defs": {"i": {"$id": "item.json", "$defs": {"x": {"$anchor": "p", "properties": {"foo": {}}}}}},
+        },
+        id="anchor in another resource",
+    ),
+    pytest.param(
+        {
+            "$id": "https://example.com/root.json",
+            "$ref": "item.json#/$defs/x",
+            "$defs": {"i": {"$id": "item.json", "$defs": {"x": {"properties": {"foo": {}}}}}},
+        },
+        id="pointer in another resource",
+    ),
+    pytest.param(
+        {
+            "$dynamicAnchor": "node",
+            "$ref": "#/$defs/base",
+            "$defs": {
+                "base": {"$dynamicRef": "#node", "properties": {"bar": {}}},
+                "ext": {"$dynamicAnchor": "node", "properties": {"foo": {}}},
+            },
+        },
+        id="$dynamicRef",
+    ),
+    pytest.param(
+        {
+            "$schema": DRAFT2019,
+            "$recursiveAnchor": True,
+            "$ref": "#/$defs/base",
+            "$defs": {"base": {"$recursiveRef": "#", "properties": {"bar": {}}}},
+            "properties": {"foo": {}},
+        },
+        id="$recursiveRef",
+    ),
+    pytest.param(
+        {"$schema": DRAFT7, "$ref": "#foo", "definitions": {"a": {"$id": "#foo", "properties": {"foo": {}}}}},
+        id="draft-7 $id anchor",
+    ),
     pytest.param({"allOf": [{"properties": {"foo": {}}}], "properties": {"bar": {}}}, id="allOf"),
     pytest.param({"anyOf": [{"properties": {"foo": {}}}, {"properties": {"bar": {}}}]}, id="anyOf"),
-    pytest.param({"oneOf": [{"properties": {"foo": {}}, "required": ["foo"]},
-                            {"properties": {"bar": {}}, "required": ["bar"]}]}, id="oneOf"),
+    pytest.param(
+        {"oneOf": [{"properties": {"foo": {}}, "required": ["foo"]}, {"properties": {"bar": {}}, "required": ["bar"]}]},
+        id="oneOf",
+    ),
     pytest.param({"if": {"properties": {"bar": {}}}, "then": {"properties": {"foo": {}}}}, id="if-then"),
-    pytest.param({"properties": {"bar": {}}, "if": {"required": ["bar"]}, "else": {"properties": {"foo": {}}}},
-                 id="else"),
-    pytest.param({"properties": {"bar": {}}, "dependentSchemas": {"bar": {"properties": {"foo": {}}}}},
-                 id="dependentSchemas"),
-    pytest.param({"properties": {"bar": {}}, "not": {"properties": {"foo": {"type": "integer"}}, "required": ["foo"]}},
-                 id="not"),
+    pytest.param(
+        {"properties": {"bar": {}}, "if": {"required": ["bar"]}, "else": {"properties": {"foo": {}}}}, id="else"
+    ),
+    pytest.param(
+        {"properties": {"bar": {}}, "dependentSchemas": {"bar": {"properties": {"foo": {}}}}}, id="dependentSchemas"
+    ),
+    pytest.param(
+        {"properties": {"bar": {}}, "not": {"properties": {"foo": {"type": "integer"}}, "required": ["foo"]}}, id="not"
+    ),
 ]
 
 
@@ -88,8 +132,12 @@ def test_a_reference_to_the_metaschema_defines_the_keywords():
 
 
 def test_draft7_ignores_the_siblings_of_ref_for_names_as_its_validator_does():
-    schema = {"$schema": DRAFT7, "$ref": "#/definitions/a", "properties": {"bar": {"type": "string"}},
-              "definitions": {"a": {"properties": {"foo": {}}}}}
+    schema = {
+        "$schema": DRAFT7,
+        "$ref": "#/definitions/a",
+        "properties": {"bar": {"type": "string"}},
+        "definitions": {"a": {"properties": {"foo": {}}}},
+    }
     assert check(schema, {"foo": 1}).valid
     assert flagged(check(schema, {"bar": 1})) == ["bar"]
 
@@ -109,16 +157,27 @@ def test_names_come_with_the_schemas_own_properties_first():
 # --- 2. names the schema requires are defined -------------------------------------------------
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "object", "required": ["foo"]},
-    {"type": "object", "properties": {"a": {}}, "required": ["foo"]},
-    {"type": "object", "properties": {"a": {}}, "dependentRequired": {"a": ["foo"]}},
-    {"type": "object", "properties": {"a": {}}, "dependentRequired": {"foo": ["a"]}},
-    {"type": "object", "properties": {"a": {}}, "dependencies": {"a": ["foo"]}},
-    {"type": "object", "properties": {"a": {}}, "dependentSchemas": {"foo": {"required": ["a"]}}},
-    {"type": "object", "properties": {"a": {}}, "allOf": [{"required": ["foo"]}]},
-], ids=["required only", "required", "dependentRequired value", "dependentRequired key", "dependencies",
-        "dependentSchemas key", "required in a branch"])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "required": ["foo"]},
+        {"type": "object", "properties": {"a": {}}, "required": ["foo"]},
+        {"type": "object", "properties": {"a": {}}, "dependentRequired": {"a": ["foo"]}},
+        {"type": "object", "properties": {"a": {}}, "dependentRequired": {"foo": ["a"]}},
+        {"type": "object", "properties": {"a": {}}, "dependencies": {"a": ["foo"]}},
+        {"type": "object", "properties": {"a": {}}, "dependentSchemas": {"foo": {"required": ["a"]}}},
+        {"type": "object", "properties": {"a": {}}, "allOf": [{"required": ["foo"]}]},
+    ],
+    ids=[
+        "required only",
+        "required",
+        "dependentRequired value",
+        "dependentRequired key",
+        "dependencies",
+        "dependentSchemas key",
+        "required in a branch",
+    ],
+)
 def test_a_name_the_schema_requires_or_depends_on_is_defined(schema):
     result = check(schema, {"a": 1, "foo": "x"})
     assert result.valid, result.findings()
@@ -132,13 +191,17 @@ def test_leaving_out_a_required_name_fails_only_missing_required_parameter():
 # --- issue 19, item 2: no properties at all, any name ------------------------------------------
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "object"},
-    {},
-    {"type": "object", "minProperties": 1},
-    {"type": "object", "propertyNames": {"maxLength": 10}},
-    {"type": "object", "additionalProperties": {"type": ["string", "boolean"]}},
-], ids=["type object", "empty", "minProperties", "propertyNames", "additionalProperties schema"])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object"},
+        {},
+        {"type": "object", "minProperties": 1},
+        {"type": "object", "propertyNames": {"maxLength": 10}},
+        {"type": "object", "additionalProperties": {"type": ["string", "boolean"]}},
+    ],
+    ids=["type object", "empty", "minProperties", "propertyNames", "additionalProperties schema"],
+)
 def test_a_schema_without_properties_accepts_any_argument_names(schema):
     result = check(schema, {"filter": "tmp-*", "dry_run": True})
     assert result.valid and result.correction is None
@@ -169,24 +232,39 @@ def test_every_name_of_a_nested_object_that_allows_none_is_reported():
 def test_a_name_defined_in_a_branch_but_rejected_beside_additional_properties_false_is_never_removed():
     # `additionalProperties: false` sees only its sibling `properties`: the validator rejects
     # "b" though the schema defines it; the call cannot pass, and no correction drops "b".
-    schema = {"type": "object", "properties": {"a": {}}, "allOf": [{"properties": {"b": {"type": "string"}}}],
-              "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"a": {}},
+        "allOf": [{"properties": {"b": {"type": "string"}}}],
+        "additionalProperties": False,
+    }
     result = check(schema, {"a": 1, "b": "x"})
     assert failing(result) == ["non_existent_parameter"]
     assert result.correction is None and result.correction_notes == ()
 
 
 def test_a_nested_name_defined_through_a_reference_is_never_removed():
-    schema = {"type": "object", "properties": {"opts": {
-        "type": "object", "properties": {"a": {}}, "allOf": [{"$ref": "#/$defs/extra"}], "additionalProperties": False}},
-        "$defs": {"extra": {"properties": {"b": {}}}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "opts": {
+                "type": "object",
+                "properties": {"a": {}},
+                "allOf": [{"$ref": "#/$defs/extra"}],
+                "additionalProperties": False,
+            }
+        },
+        "$defs": {"extra": {"properties": {"b": {}}}},
+    }
     result = check(schema, {"opts": {"a": 1, "b": 2}})
     assert failing(result) == ["non_existent_parameter"] and result.correction is None
 
 
 def test_a_nested_name_defined_nowhere_is_still_suggested_for_removal():
-    schema = {"type": "object", "properties": {"opts": {"type": "object", "properties": {"a": {}},
-                                                        "additionalProperties": False}}}
+    schema = {
+        "type": "object",
+        "properties": {"opts": {"type": "object", "properties": {"a": {}}, "additionalProperties": False}},
+    }
     result = check(schema, {"opts": {"a": 1, "zzz": 2}})
     assert result.correction is not None and result.correction.arguments == {"opts": {"a": 1}}
 

@@ -22,26 +22,101 @@ SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[Heal
 
 # --- 1. never crashes ------------------------------------------------------------------------
 
-WEIRD_STRINGS = st.sampled_from([
-    "", " ", "\x00", "\ud800", "\udfff", "\u202e", "𝔘𝔫𝔦", "NaN", "Infinity", "{", '{"a": 1}', "[]", "null",
-    "$ref", "#/$defs/x", "https://example.com/s.json", "a" * 300, "\n\t", "é", "ǅ",
-])
-SCALARS = (st.none() | st.booleans() | st.integers() | st.integers(min_value=2**63, max_value=2**200)
-           | st.floats() | st.text(max_size=10) | WEIRD_STRINGS)
-JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4)
-                    | st.dictionaries(st.text(max_size=6) | WEIRD_STRINGS, inner, max_size=4), max_leaves=20)
+WEIRD_STRINGS = st.sampled_from(
+    [
+        "",
+        " ",
+        "\x00",
+        "\ud800",
+        "\udfff",
+        "\u202e",
+        "𝔘𝔫𝔦",
+        "NaN",
+        "Infinity",
+        "{",
+        '{"a": 1}',
+        "[]",
+        "null",
+        "$ref",
+        "#/$defs/x",
+        "https://example.com/s.json",
+        "a" * 300,
+        "\n\t",
+        "é",
+        "ǅ",
+    ]
+)
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=2**63, max_value=2**200)
+    | st.floats()
+    | st.text(max_size=10)
+    | WEIRD_STRINGS
+)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6) | WEIRD_STRINGS, inner, max_size=4),
+    max_leaves=20,
+)
 
 # Keys the formats and the schema walker look at, so generated specs reach deep code paths.
-SPEC_KEYS = st.sampled_from([
-    "name", "description", "parameters", "input_schema", "inputSchema", "function", "type", "properties",
-    "required", "items", "prefixItems", "additionalProperties", "$ref", "$defs", "definitions", "anyOf",
-    "oneOf", "allOf", "if", "then", "else", "enum", "const", "format", "minimum", "pattern", "$schema",
-    "patternProperties", "dependentSchemas", "unevaluatedProperties", "not",
-])
-SPEC_VALUES = st.sampled_from([
-    "object", "string", "integer", "dict", "float", "tuple", "any", "function", "get", "#", "#/$defs/a",
-    "http://json-schema.org/draft-07/schema#", "https://example.com/x", "date", "^[a-z]+$", "(",
-])
+SPEC_KEYS = st.sampled_from(
+    [
+        "name",
+        "description",
+        "parameters",
+        "input_schema",
+        "inputSchema",
+        "function",
+        "type",
+        "properties",
+        "required",
+        "items",
+        "prefixItems",
+        "additionalProperties",
+        "$ref",
+        "$defs",
+        "definitions",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "if",
+        "then",
+        "else",
+        "enum",
+        "const",
+        "format",
+        "minimum",
+        "pattern",
+        "$schema",
+        "patternProperties",
+        "dependentSchemas",
+        "unevaluatedProperties",
+        "not",
+    ]
+)
+SPEC_VALUES = st.sampled_from(
+    [
+        "object",
+        "string",
+        "integer",
+        "dict",
+        "float",
+        "tuple",
+        "any",
+        "function",
+        "get",
+        "#",
+        "#/$defs/a",
+        "http://json-schema.org/draft-07/schema#",
+        "https://example.com/x",
+        "date",
+        "^[a-z]+$",
+        "(",
+    ]
+)
 SPEC_LIKE = st.recursive(
     SCALARS | SPEC_VALUES,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(SPEC_KEYS | st.text(max_size=4), inner, max_size=5),
@@ -49,9 +124,15 @@ SPEC_LIKE = st.recursive(
 )
 CALL_LIKE = st.one_of(
     JSON,
-    st.fixed_dictionaries({"name": st.sampled_from(["get", "x", "", "function"]) | SCALARS},
-                          optional={"arguments": JSON | JSON.map(json.dumps) | st.text(max_size=20),
-                                    "id": SCALARS, "function": SPEC_LIKE, "input": JSON}),
+    st.fixed_dictionaries(
+        {"name": st.sampled_from(["get", "x", "", "function"]) | SCALARS},
+        optional={
+            "arguments": JSON | JSON.map(json.dumps) | st.text(max_size=20),
+            "id": SCALARS,
+            "function": SPEC_LIKE,
+            "input": JSON,
+        },
+    ),
 )
 
 
@@ -93,8 +174,11 @@ BASE = {
         "count": {"type": "integer", "minimum": 0, "maximum": 1000},
         "mode": {"type": "string", "enum": ["fast", "slow", "auto"]},
         "tags": {"type": "array", "items": {"type": "string"}},
-        "address": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
-                    "required": ["city"]},
+        "address": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
+            "required": ["city"],
+        },
         "ratio": {"anyOf": [{"type": "number"}, {"type": "null"}]},
     },
     "required": ["name", "count", "address"],
@@ -102,10 +186,16 @@ BASE = {
 TOOLS = [{"type": "function", "function": {"name": "create", "parameters": BASE}}]
 TEXT = st.text(min_size=1, max_size=8)
 VALID_ARGS = st.fixed_dictionaries(
-    {"name": TEXT, "count": st.integers(0, 1000),
-     "address": st.fixed_dictionaries({"city": st.text(max_size=8)}, optional={"zip": st.text(max_size=5)})},
-    optional={"mode": st.sampled_from(["fast", "slow", "auto"]), "tags": st.lists(st.text(max_size=4), max_size=3),
-              "ratio": st.none() | st.floats(allow_nan=False, allow_infinity=False)},
+    {
+        "name": TEXT,
+        "count": st.integers(0, 1000),
+        "address": st.fixed_dictionaries({"city": st.text(max_size=8)}, optional={"zip": st.text(max_size=5)}),
+    },
+    optional={
+        "mode": st.sampled_from(["fast", "slow", "auto"]),
+        "tags": st.lists(st.text(max_size=4), max_size=3),
+        "ratio": st.none() | st.floats(allow_nan=False, allow_infinity=False),
+    },
 )
 WRONG_TYPE = {  # a value of another JSON type for each location
     ("name",): st.integers() | st.booleans() | st.none(),
@@ -147,7 +237,8 @@ def test_dropping_a_required_key_fails_only_missing_required_parameter(arguments
 FINITE_JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=10)
+    max_leaves=10,
+)
 
 
 @SETTINGS
@@ -194,20 +285,35 @@ def test_out_of_range_value_fails_only_json_schema_violation(arguments, count):
 
 NAMES = st.sampled_from(["a", "b", "c", "d"])
 # Values both implementations judge the same way for the formats used here.
-FORMAT_SAMPLES = st.sampled_from(["2024-02-29", "2023-02-29", "2024-13-01", "2024-1-01", "192.168.0.1",
-                                  "256.1.1.1", "1.2.3", "::1", "abc", ""])
-SMALL_SCALARS = (st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from([0.5, -1.5, 2.0, 10**20])
-                 | st.sampled_from(["", "a", "b", "ab", "ba", "xyz"]) | FORMAT_SAMPLES)
+FORMAT_SAMPLES = st.sampled_from(
+    ["2024-02-29", "2023-02-29", "2024-13-01", "2024-1-01", "192.168.0.1", "256.1.1.1", "1.2.3", "::1", "abc", ""]
+)
+SMALL_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 3)
+    | st.sampled_from([0.5, -1.5, 2.0, 10**20])
+    | st.sampled_from(["", "a", "b", "ab", "ba", "xyz"])
+    | FORMAT_SAMPLES
+)
 
 
 def leaf_schemas() -> st.SearchStrategy[dict]:
     bound = st.integers(-2, 2)
     return st.one_of(
-        st.fixed_dictionaries({"type": st.just("string")}, optional={
-            "minLength": st.integers(0, 2), "maxLength": st.integers(0, 3),
-            "pattern": st.sampled_from(["^a", "b$", "^[a-z]*$"]), "format": st.sampled_from(["date", "ipv4"])}),
-        st.fixed_dictionaries({"type": st.sampled_from(["integer", "number"])}, optional={
-            "minimum": bound, "maximum": bound, "exclusiveMinimum": bound, "exclusiveMaximum": bound}),
+        st.fixed_dictionaries(
+            {"type": st.just("string")},
+            optional={
+                "minLength": st.integers(0, 2),
+                "maxLength": st.integers(0, 3),
+                "pattern": st.sampled_from(["^a", "b$", "^[a-z]*$"]),
+                "format": st.sampled_from(["date", "ipv4"]),
+            },
+        ),
+        st.fixed_dictionaries(
+            {"type": st.sampled_from(["integer", "number"])},
+            optional={"minimum": bound, "maximum": bound, "exclusiveMinimum": bound, "exclusiveMaximum": bound},
+        ),
         st.fixed_dictionaries({"type": st.sampled_from(["boolean", "null"])}),
         st.builds(lambda v: {"enum": v}, st.lists(SMALL_SCALARS, min_size=1, max_size=3)),
         st.builds(lambda v: {"const": v}, SMALL_SCALARS),
@@ -217,20 +323,31 @@ def leaf_schemas() -> st.SearchStrategy[dict]:
 
 def object_schema(inner: st.SearchStrategy[dict]) -> st.SearchStrategy[dict]:
     def build(props: dict, required: list[str]) -> dict:
-        return {"type": "object", "properties": props, "required": [r for r in required if r in props],
-                "additionalProperties": False}
+        return {
+            "type": "object",
+            "properties": props,
+            "required": [r for r in required if r in props],
+            "additionalProperties": False,
+        }
+
     return st.builds(build, st.dictionaries(NAMES, inner, max_size=3), st.lists(NAMES, max_size=2, unique=True))
 
 
-SCHEMAS = st.recursive(leaf_schemas(), lambda inner: st.one_of(
-    object_schema(inner),
-    st.fixed_dictionaries({"type": st.just("array"), "items": inner}, optional={
-        "minItems": st.integers(0, 2), "maxItems": st.integers(0, 3), "uniqueItems": st.booleans()}),
-    st.builds(lambda a, b: {"anyOf": [a, b]}, inner, inner),
-    st.builds(lambda a, b: {"oneOf": [a, b]}, inner, inner),
-    st.builds(lambda a, b: {"allOf": [a, b]}, inner, inner),
-    st.builds(lambda a: {"not": a}, inner),
-), max_leaves=6)
+SCHEMAS = st.recursive(
+    leaf_schemas(),
+    lambda inner: st.one_of(
+        object_schema(inner),
+        st.fixed_dictionaries(
+            {"type": st.just("array"), "items": inner},
+            optional={"minItems": st.integers(0, 2), "maxItems": st.integers(0, 3), "uniqueItems": st.booleans()},
+        ),
+        st.builds(lambda a, b: {"anyOf": [a, b]}, inner, inner),
+        st.builds(lambda a, b: {"oneOf": [a, b]}, inner, inner),
+        st.builds(lambda a, b: {"allOf": [a, b]}, inner, inner),
+        st.builds(lambda a: {"not": a}, inner),
+    ),
+    max_leaves=6,
+)
 TOP_SCHEMAS = object_schema(SCHEMAS)
 
 
@@ -257,8 +374,10 @@ def near(schema: dict) -> st.SearchStrategy:
 def schema_and_arguments(draw: st.DrawFn) -> tuple[dict, dict]:
     schema = draw(TOP_SCHEMAS)
     props = schema["properties"]
-    arguments = draw(st.fixed_dictionaries({}, optional={k: near(v) for k, v in props.items()})
-                     | st.dictionaries(NAMES, SMALL_SCALARS, max_size=3))
+    arguments = draw(
+        st.fixed_dictionaries({}, optional={k: near(v) for k, v in props.items()})
+        | st.dictionaries(NAMES, SMALL_SCALARS, max_size=3)
+    )
     return schema, arguments
 
 
@@ -286,33 +405,52 @@ NESTED_NAMES = ["papa", "quebec"]
 
 def _value_schema(names: list[str]) -> st.SearchStrategy[dict]:
     def objects(inner: st.SearchStrategy[dict]) -> st.SearchStrategy[dict]:
-        return st.builds(lambda props, closed: {"type": "object", "properties": props,
-                                                **({"additionalProperties": False} if closed else {})},
-                         st.dictionaries(st.sampled_from(NESTED_NAMES), inner, max_size=2), st.booleans())
-    return st.recursive(leaf_schemas(), lambda inner: objects(inner) | st.builds(
-        lambda a, b: {"anyOf": [a, b]}, inner, inner), max_leaves=4)
+        return st.builds(
+            lambda props, closed: {
+                "type": "object",
+                "properties": props,
+                **({"additionalProperties": False} if closed else {}),
+            },
+            st.dictionaries(st.sampled_from(NESTED_NAMES), inner, max_size=2),
+            st.booleans(),
+        )
+
+    return st.recursive(
+        leaf_schemas(),
+        lambda inner: objects(inner) | st.builds(lambda a, b: {"anyOf": [a, b]}, inner, inner),
+        max_leaves=4,
+    )
 
 
 def _place_schema() -> st.SearchStrategy[Any]:
     """Schemas for the arguments object itself: properties, requirements, branches, references
     (a ("REF", style, target) marker, written out by `_with_defs`)."""
     names = st.sampled_from(TOP_NAMES)
-    leaf = st.fixed_dictionaries({}, optional={
-        "properties": st.dictionaries(names, _value_schema(TOP_NAMES), max_size=3),
-        "required": st.lists(names, max_size=2, unique=True),
-        "dependentRequired": st.dictionaries(names, st.lists(names, max_size=2, unique=True), max_size=1),
-        "minProperties": st.integers(0, 2),
-    })
-    return st.recursive(leaf, lambda inner: st.one_of(
-        st.builds(lambda base, more: {**base, "allOf": more}, leaf, st.lists(inner, min_size=1, max_size=2)),
-        st.builds(lambda base, more: {**base, "anyOf": more}, leaf, st.lists(inner, min_size=1, max_size=2)),
-        st.builds(lambda base, more: {**base, "oneOf": more}, leaf, st.lists(inner, min_size=1, max_size=2)),
-        st.builds(lambda base, a, b: {**base, "if": a, "then": b}, leaf, inner, inner),
-        st.builds(lambda base, a, b: {**base, "if": a, "else": b}, leaf, inner, inner),
-        st.builds(lambda base, key, sub: {**base, "dependentSchemas": {key: sub}}, leaf, names, inner),
-        st.builds(lambda base, sub: {**base, "not": sub}, leaf, inner),
-        st.builds(lambda style, target: ("REF", style, target), st.sampled_from(["pointer", "anchor", "id"]), inner),
-    ), max_leaves=5)
+    leaf = st.fixed_dictionaries(
+        {},
+        optional={
+            "properties": st.dictionaries(names, _value_schema(TOP_NAMES), max_size=3),
+            "required": st.lists(names, max_size=2, unique=True),
+            "dependentRequired": st.dictionaries(names, st.lists(names, max_size=2, unique=True), max_size=1),
+            "minProperties": st.integers(0, 2),
+        },
+    )
+    return st.recursive(
+        leaf,
+        lambda inner: st.one_of(
+            st.builds(lambda base, more: {**base, "allOf": more}, leaf, st.lists(inner, min_size=1, max_size=2)),
+            st.builds(lambda base, more: {**base, "anyOf": more}, leaf, st.lists(inner, min_size=1, max_size=2)),
+            st.builds(lambda base, more: {**base, "oneOf": more}, leaf, st.lists(inner, min_size=1, max_size=2)),
+            st.builds(lambda base, a, b: {**base, "if": a, "then": b}, leaf, inner, inner),
+            st.builds(lambda base, a, b: {**base, "if": a, "else": b}, leaf, inner, inner),
+            st.builds(lambda base, key, sub: {**base, "dependentSchemas": {key: sub}}, leaf, names, inner),
+            st.builds(lambda base, sub: {**base, "not": sub}, leaf, inner),
+            st.builds(
+                lambda style, target: ("REF", style, target), st.sampled_from(["pointer", "anchor", "id"]), inner
+            ),
+        ),
+        max_leaves=5,
+    )
 
 
 def _with_defs(tree: Any) -> dict:
@@ -355,8 +493,9 @@ def _mentions(node: Any, name: str) -> bool:
 
 
 @SETTINGS
-@given(tree=_place_schema(), arguments=st.dictionaries(st.sampled_from([*TOP_NAMES, UNDEFINED]), SMALL_SCALARS,
-                                                       max_size=4))
+@given(
+    tree=_place_schema(), arguments=st.dictionaries(st.sampled_from([*TOP_NAMES, UNDEFINED]), SMALL_SCALARS, max_size=4)
+)
 def test_a_call_the_validator_accepts_is_never_refused_or_rewritten_for_a_name_the_schema_defines(tree, arguments):
     schema = _with_defs(tree)
     if not REFERENCE(schema, format_checker=REFERENCE.FORMAT_CHECKER).is_valid(arguments):
@@ -371,5 +510,6 @@ def test_a_call_the_validator_accepts_is_never_refused_or_rewritten_for_a_name_t
     if result.correction is not None:
         assert result.correction.name == "t"
         assert {k: v for k, v in result.correction.arguments.items()} == {
-            k: v for k, v in arguments.items() if k not in flagged}
+            k: v for k, v in arguments.items() if k not in flagged
+        }
         assert defined <= set(result.correction.arguments)

@@ -12,8 +12,12 @@ sdk_trace = pytest.importorskip("opentelemetry.sdk.trace", reason="needs opentel
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
-TOOLS = [{"name": "get_order", "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}},
-                                              "required": ["order_id"]}}]
+TOOLS = [
+    {
+        "name": "get_order",
+        "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]},
+    }
+]
 HISTORY = [{"role": "user", "content": "Where is order A-17?"}]
 CALL = {"name": "get_order", "arguments": {"order_id": "A-17"}}
 
@@ -57,9 +61,12 @@ async def test_each_check_is_one_evaluation_result_event(fake_judge, spans):
     assert [e.name for e in events] == ["gen_ai.evaluation.result"] * (len(STATIC_CHECKS) + len(SEMANTIC_CHECKS))
     assert [e.attributes["gen_ai.evaluation.name"] for e in events] == [*STATIC_CHECKS, *SEMANTIC_CHECKS]
     hallucination = dict(events[len(STATIC_CHECKS)].attributes)
-    assert hallucination == {"gen_ai.evaluation.name": "general_hallucination_check",
-                             "gen_ai.evaluation.score.value": 2.0, "gen_ai.evaluation.score.label": "failed",
-                             "gen_ai.evaluation.explanation": "A-17 was never mentioned"}
+    assert hallucination == {
+        "gen_ai.evaluation.name": "general_hallucination_check",
+        "gen_ai.evaluation.score.value": 2.0,
+        "gen_ai.evaluation.score.label": "failed",
+        "gen_ai.evaluation.explanation": "A-17 was never mentioned",
+    }
     assert dict(events[0].attributes)["gen_ai.evaluation.score.label"] == "passed"
 
 

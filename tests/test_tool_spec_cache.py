@@ -14,7 +14,10 @@ SPECS = [
     {"name": "search", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}},
     {"name": "fetch", "inputSchema": {"type": "object", "properties": {"url": {"type": "string"}}}},
     {"name": "book", "description": "Book.", "parameters": {"type": "dict", "properties": {"n": {"type": "float"}}}},
-    {"name": "lookup", "parameters": [{"name": "key", "type": "str", "required": True}, {"name": "all", "type": "bool"}]},
+    {
+        "name": "lookup",
+        "parameters": [{"name": "key", "type": "str", "required": True}, {"name": "all", "type": "bool"}],
+    },
     {"name": "noargs"},
     # Specs that do not normalise cleanly: the whole-list path reports them, with their index.
     {"name": "get_weather", "parameters": {"type": "object"}},  # a name defined twice when get_weather is there

@@ -64,8 +64,9 @@ def _lock(fd: int, path: Path) -> None:
     except BlockingIOError:
         holder = _lock_holder(fd)
         who = f"process {holder}" if holder is not None else "another process"
-        raise OutputLocked(f"{path} is being written by {who}; wait for that run to finish "
-                           "or choose another output file") from None
+        raise OutputLocked(
+            f"{path} is being written by {who}; wait for that run to finish or choose another output file"
+        ) from None
 
 
 def _row(line: bytes) -> dict[str, Any] | None:
@@ -118,8 +119,14 @@ WRITE_BUFFER = 1 << 18
 class OutputFile:
     """An output JSON Lines file opened for appending, with the ids it already holds."""
 
-    def __init__(self, path: str | Path, *, fsync_rows: int = 1000, fsync_seconds: float = 2.0,
-                 retry: Callable[[dict[str, Any]], bool] | None = None):
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        fsync_rows: int = 1000,
+        fsync_seconds: float = 2.0,
+        retry: Callable[[dict[str, Any]], bool] | None = None,
+    ):
         self.path = Path(path)
         self.fsync_rows = fsync_rows
         self.fsync_seconds = fsync_seconds

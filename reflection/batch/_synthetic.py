@@ -51,8 +51,7 @@ def synthetic_row(i: int, kind: str | None = None) -> dict[str, Any]:
         arguments = {"city": city}
     else:
         raise ValueError(f"unknown kind {kind!r}; choose from {KINDS}")
-    call = {"id": f"call-{i}", "type": "function",
-            "function": {"name": "get_weather", "arguments": dumps(arguments)}}
+    call = {"id": f"call-{i}", "type": "function", "function": {"name": "get_weather", "arguments": dumps(arguments)}}
     return {"id": f"{kind}-{i}", "tools": TOOLS, "history": history, "call": call}
 
 

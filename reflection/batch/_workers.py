@@ -56,8 +56,16 @@ from reflection.batch.inputs import jsonl_row
 from reflection.config import ReflectionConfig
 from reflection.rows import InputRow, Line, row_id
 
-__all__ = ["MAX_DEFAULT_WORKERS", "MIN_INPUT_BYTES", "STATIC_GC_THRESHOLD", "default_workers",
-           "reflect_in_processes", "reflect_lines_in_processes", "static_gc", "use_processes"]
+__all__ = [
+    "MAX_DEFAULT_WORKERS",
+    "MIN_INPUT_BYTES",
+    "STATIC_GC_THRESHOLD",
+    "default_workers",
+    "reflect_in_processes",
+    "reflect_lines_in_processes",
+    "static_gc",
+    "use_processes",
+]
 
 MAX_DEFAULT_WORKERS = 8
 """The default number of workers is the usable cores, at most this."""
@@ -197,7 +205,11 @@ def _context() -> Any:
 
 
 async def reflect_in_processes(
-    items: Iterable[InputRow | dict[str, Any]], config: ReflectionConfig, *, workers: int, flat: bool = False,
+    items: Iterable[InputRow | dict[str, Any]],
+    config: ReflectionConfig,
+    *,
+    workers: int,
+    flat: bool = False,
     chunk_rows: int | None = None,
 ) -> AsyncGenerator[Line, None]:
     """Reflect prepared rows (`InputRow`s, and error rows passed through as they are) in
@@ -214,15 +226,21 @@ async def reflect_in_processes(
 
 
 async def reflect_lines_in_processes(
-    lines: Iterable[tuple[int, bytes | str]], config: ReflectionConfig, *, workers: int, flat: bool = False,
-    skip_ids: Container[str] = frozenset(), chunk_rows: int | None = None,
+    lines: Iterable[tuple[int, bytes | str]],
+    config: ReflectionConfig,
+    *,
+    workers: int,
+    flat: bool = False,
+    skip_ids: Container[str] = frozenset(),
+    chunk_rows: int | None = None,
 ) -> AsyncGenerator[Reflected, None]:
     """Parse and reflect the lines of a JSON Lines file (`inputs.jsonl_lines`) in `workers`
     processes, as `reflect_in_processes` does prepared rows, yielding for each row that is not
     blank a `Reflected`, in input order. The id rules are the caller's to apply; a row whose own
     id is in `skip_ids` is not reflected (its line is None)."""
-    chunks = _in_processes(_reflect_lines, lines, config, workers=workers, flat=flat, chunk_rows=chunk_rows,
-                           skip_ids=skip_ids)
+    chunks = _in_processes(
+        _reflect_lines, lines, config, workers=workers, flat=flat, chunk_rows=chunk_rows, skip_ids=skip_ids
+    )
     async with aclosing(chunks):
         async for chunk in chunks:
             for row in chunk:
@@ -236,7 +254,7 @@ def _route_key(item: Any) -> bytes | str | None:
     tools are text. Anything else (a bug the worker will raise) routes anywhere."""
     if type(item) is tuple and len(item) == 2 and type(item[1]) is bytes:
         at = item[1].find(b'"tools"')
-        return item[1][at:at + ROUTE_BYTES] if at >= 0 else None
+        return item[1][at : at + ROUTE_BYTES] if at >= 0 else None
     tools = getattr(item, "tools", None)
     return tools[:ROUTE_BYTES] if isinstance(tools, (bytes, str)) else None
 
@@ -266,8 +284,14 @@ class _Router:
 
 
 async def _in_processes(
-    work: Callable[[list[Any]], list[Any]], items: Iterable[Any], config: ReflectionConfig, *, workers: int,
-    flat: bool, chunk_rows: int | None, skip_ids: Container[str] = frozenset(),
+    work: Callable[[list[Any]], list[Any]],
+    items: Iterable[Any],
+    config: ReflectionConfig,
+    *,
+    workers: int,
+    flat: bool,
+    chunk_rows: int | None,
+    skip_ids: Container[str] = frozenset(),
 ) -> AsyncGenerator[list[Any], None]:
     """`work` applied in worker processes to `items`, one result per item, in blocks in input order."""
     if config.judge is not None:
@@ -281,12 +305,22 @@ async def _in_processes(
     # Forked workers share the parent's resumed ids; others get a copy, once.
     context = _context()
     forked = context.get_start_method() == "fork"
-    pools = [ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_start_worker,
-                                 initargs=(flat, skip_ids, os.getpid() if forked else None)) for _ in range(workers)]
+    pools = [
+        ProcessPoolExecutor(
+            max_workers=1,
+            mp_context=context,
+            initializer=_start_worker,
+            initargs=(flat, skip_ids, os.getpid() if forked else None),
+        )
+        for _ in range(workers)
+    ]
     try:
         for block in blocks:
-            sent = [(part, pools[w].submit(work, [block[p] for p in part]))
-                    for w, part in enumerate(router.split(block)) if part]
+            sent = [
+                (part, pools[w].submit(work, [block[p] for p in part]))
+                for w, part in enumerate(router.split(block))
+                if part
+            ]
             pending.append((len(block), sent))
             while len(pending) >= 2:
                 yield await _block(*pending.popleft())

@@ -111,15 +111,17 @@ class _Listing:
             total, listed = self.by_check[check], self.listed[check]
             rows = "row" if total == 1 else "rows"
             what = {"error": f"error {rows}", "judge_error": f"{rows} with a judge error"}.get(
-                check, f"{rows} failing {name or check}")
+                check, f"{rows} failing {name or check}"
+            )
         if total == 0:
             return f"No {what}."
         if listed == total:
             return f"Showing {'the' if total == 1 else 'all'} {total:,} {what}."
         hint = " Choose a check (or click its name in the chart) for its own rows." if check is None else ""
-        return (f"Showing the first {listed:,} of {total:,} {what}; {total - listed:,} more "
-                f"{'is' if total - listed == 1 else 'are'} counted but not listed (at most {MAX_ROWS:,} per view)."
-                + hint)
+        return (
+            f"Showing the first {listed:,} of {total:,} {what}; {total - listed:,} more "
+            f"{'is' if total - listed == 1 else 'are'} counted but not listed (at most {MAX_ROWS:,} per view)." + hint
+        )
 
 
 @dataclass
@@ -182,8 +184,15 @@ class BatchHtmlReport:
 
         def make() -> _Row:
             verdict = row.get("overall_valid")
-            label = ("error" if "error" in row else "valid" if verdict is True else "invalid" if verdict is False
-                     else "unknown")
+            label = (
+                "error"
+                if "error" in row
+                else "valid"
+                if verdict is True
+                else "invalid"
+                if verdict is False
+                else "unknown"
+            )
             return _Row(str(row.get("id")), label, _batch_details(row, errors), _batch_calls(row))
 
         # A row invalid with no failing check named (say, a --flat row) is still listed.
@@ -197,30 +206,45 @@ class BatchHtmlReport:
         def share(k: int) -> str:
             return f"{k:,} ({format_share(k, n)})" if n else "0"
 
-        cards = [("rows", f"{n:,}", ""), ("valid", share(report.valid), "good"),
-                 ("invalid", share(report.invalid), "bad"), ("unknown", share(report.unknown), "warn"),
-                 ("error", share(report.error), "warn" if report.error else ""),
-                 ("judge skipped", f"{report.judge_skipped:,}", "")]
+        cards = [
+            ("rows", f"{n:,}", ""),
+            ("valid", share(report.valid), "good"),
+            ("invalid", share(report.invalid), "bad"),
+            ("unknown", share(report.unknown), "warn"),
+            ("error", share(report.error), "warn" if report.error else ""),
+            ("judge skipped", f"{report.judge_skipped:,}", ""),
+        ]
         checks = sorted(self.present, key=lambda k: (not k.startswith("static_"), k))
         judge = report.judge
         latencies = sorted(self.summary.latencies)
-        return _render(_Page(
-            title="reflection report", source=self.source, cards=cards,
-            table_title="Mean of each flat key (over rows where present)", table_head=("key", "mean", "rows"),
-            table=[(key, f"{mean:.3f}", f"{report.present[key]:,}") for key, mean in report.means.items()],
-            bars_title="Failure rate per check (rows)",
-            bars=[(key, self.failed[key], self.present[key]) for key in checks],
-            distributions_title="Judge scores per semantic check (1-5), in rows: a row with several calls "
-                                "counts its lowest score, as its flat key does",
-            distributions=[(name, [(str(s), counts[s]) for s in range(1, 6)])
-                           for name, counts in sorted(self.scores.items())],
-            percentiles=[("latency per row", _quantiles(latencies), "ms"),
-                         ("judge cost per judged row", _quantiles(sorted(self.costs)), "USD")],
-            totals=[("judge requests", f"{judge.requests:,}"),
+        return _render(
+            _Page(
+                title="reflection report",
+                source=self.source,
+                cards=cards,
+                table_title="Mean of each flat key (over rows where present)",
+                table_head=("key", "mean", "rows"),
+                table=[(key, f"{mean:.3f}", f"{report.present[key]:,}") for key, mean in report.means.items()],
+                bars_title="Failure rate per check (rows)",
+                bars=[(key, self.failed[key], self.present[key]) for key in checks],
+                distributions_title="Judge scores per semantic check (1-5), in rows: a row with several calls "
+                "counts its lowest score, as its flat key does",
+                distributions=[
+                    (name, [(str(s), counts[s]) for s in range(1, 6)]) for name, counts in sorted(self.scores.items())
+                ],
+                percentiles=[
+                    ("latency per row", _quantiles(latencies), "ms"),
+                    ("judge cost per judged row", _quantiles(sorted(self.costs)), "USD"),
+                ],
+                totals=[
+                    ("judge requests", f"{judge.requests:,}"),
                     ("prompt / completion tokens", f"{judge.prompt_tokens:,} / {judge.completion_tokens:,}"),
-                    ("cached tokens", f"{judge.cached_tokens:,}"), ("judge cost", format_cost(judge.cost_usd))],
-            listing=self.listing,
-        ))
+                    ("cached tokens", f"{judge.cached_tokens:,}"),
+                    ("judge cost", format_cost(judge.cost_usd)),
+                ],
+                listing=self.listing,
+            )
+        )
 
 
 def _is_check_key(key: str) -> bool:
@@ -292,8 +316,14 @@ def _batch_calls(row: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                 continue
             parts = []
             if suggestion.get("suggested_arguments") is not None:
-                parts.append(_call_text({"name": suggestion.get("better_function") or call.get("name"),
-                                         "arguments": suggestion["suggested_arguments"]}))
+                parts.append(
+                    _call_text(
+                        {
+                            "name": suggestion.get("better_function") or call.get("name"),
+                            "arguments": suggestion["suggested_arguments"],
+                        }
+                    )
+                )
             elif suggestion.get("better_function"):
                 parts.append(f"use {suggestion['better_function']}")
             if suggestion.get("missing_prerequisite"):
@@ -342,15 +372,18 @@ class ScoreHtmlReport:
         # A scored row's `error` is the evaluator's reason the call is wrong, shown with its
         # metrics; only a row with no score at all is an error row.
         scored = any(row.get(key) is not None for key in self.keys)
-        problems = [(key, str(row[key])) for key in ("error", "judge_error")
-                    if row.get(key) and not (key == "error" and scored)]
+        problems = [
+            (key, str(row[key])) for key in ("error", "judge_error") if row.get(key) and not (key == "error" and scored)
+        ]
         if not (below or problems):
             return
 
         def make() -> _Row:
             expected, predicted = row.get("expected_tool"), row.get("predicted_tool")
             label = f"expected {expected or '-'}, predicted {predicted or '-'}"
-            details: list[tuple[str, str, list[str]]] = [(key, shorten(message, _CELL), []) for key, message in problems]
+            details: list[tuple[str, str, list[str]]] = [
+                (key, shorten(message, _CELL), []) for key, message in problems
+            ]
             if scored and row.get("error"):
                 details.append(("reason", shorten(str(row["error"]), _CELL), []))
             details += [(key, f"{float(row[key]):.3f} (below {self.thresholds[key]:g})", []) for key in below]
@@ -362,13 +395,19 @@ class ScoreHtmlReport:
         """The page, with `summary` (`ScoreSummary.to_dict()`) for the table and cards."""
         metrics = summary.get("metrics") or {}
         overall = summary.get("overall_score")
-        cards = [("rows", f"{summary.get('rows', 0):,}", ""),
-                 ("overall", "-" if overall is None else f"{overall:.3f} {summary.get('interpretation')}",
-                  {"Excellent": "good", "Good": "good", "Fair": "warn", "Poor": "bad"}.get(
-                      str(summary.get("interpretation")), "")),
-                 ("error rows", f"{summary.get('error_rows', 0):,}", "warn" if summary.get("error_rows") else ""),
-                 ("no call", f"{summary.get('no_call', 0):,}", ""),
-                 ("unknown tool", f"{summary.get('unknown_tool', 0):,}", "")]
+        cards = [
+            ("rows", f"{summary.get('rows', 0):,}", ""),
+            (
+                "overall",
+                "-" if overall is None else f"{overall:.3f} {summary.get('interpretation')}",
+                {"Excellent": "good", "Good": "good", "Fair": "warn", "Poor": "bad"}.get(
+                    str(summary.get("interpretation")), ""
+                ),
+            ),
+            ("error rows", f"{summary.get('error_rows', 0):,}", "warn" if summary.get("error_rows") else ""),
+            ("no call", f"{summary.get('no_call', 0):,}", ""),
+            ("unknown tool", f"{summary.get('unknown_tool', 0):,}", ""),
+        ]
         synonyms = summary.get("meteor_synonyms")
         notes = []
         if synonyms is False:
@@ -376,32 +415,50 @@ class ScoreHtmlReport:
         judge = summary.get("judge") or {}
         if not judge.get("configured"):
             notes.append("No judge was configured: the judged metrics are empty.")
+
         def gated(key: str) -> bool:  # a threshold of 0 fails no row: the metric is shown, not gated
             return self.thresholds.get(key, 0.0) > 0
 
         table: list[tuple[str, ...]] = [
-            (str(key), "-" if stats.get("mean") is None else f"{stats['mean']:.3f}",
-             f"{self.thresholds[key]:g}" if gated(key) else "off",
-             f"{self.below[key]:,}" if stats.get("n") and gated(key) else "-", f"{stats.get('n', 0):,}")
-            for key, stats in metrics.items()]
+            (
+                str(key),
+                "-" if stats.get("mean") is None else f"{stats['mean']:.3f}",
+                f"{self.thresholds[key]:g}" if gated(key) else "off",
+                f"{self.below[key]:,}" if stats.get("n") and gated(key) else "-",
+                f"{stats.get('n', 0):,}",
+            )
+            for key, stats in metrics.items()
+        ]
         scored = [key for key in self.keys if (metrics.get(key) or {}).get("n")]
-        return _render(_Page(
-            title="reflection score", source=self.source, cards=cards,
-            table_title="Each metric over the rows it applies to",
-            table_head=("metric", "mean", "threshold", "rows below", "rows"), table=table,
-            bars_title="Rows below the threshold per metric",
-            bars=[(key, self.below[key], metrics[key]["n"]) for key in scored if gated(key)],
-            distributions_title="Distribution of each score, in rows",
-            distributions=[(key, list(zip(("0-.2", ".2-.4", ".4-.6", ".6-.8", ".8-1"), self.bins[key], strict=True)))
-                           for key in scored],
-            percentiles=[("judge cost per judged row", _quantiles(sorted(self.costs)), "USD")],
-            totals=[("judge requests", f"{judge.get('requests', 0):,}"),
-                    ("prompt / completion tokens",
-                     f"{judge.get('prompt_tokens', 0):,} / {judge.get('completion_tokens', 0):,}"),
+        return _render(
+            _Page(
+                title="reflection score",
+                source=self.source,
+                cards=cards,
+                table_title="Each metric over the rows it applies to",
+                table_head=("metric", "mean", "threshold", "rows below", "rows"),
+                table=table,
+                bars_title="Rows below the threshold per metric",
+                bars=[(key, self.below[key], metrics[key]["n"]) for key in scored if gated(key)],
+                distributions_title="Distribution of each score, in rows",
+                distributions=[
+                    (key, list(zip(("0-.2", ".2-.4", ".4-.6", ".6-.8", ".8-1"), self.bins[key], strict=True)))
+                    for key in scored
+                ],
+                percentiles=[("judge cost per judged row", _quantiles(sorted(self.costs)), "USD")],
+                totals=[
+                    ("judge requests", f"{judge.get('requests', 0):,}"),
+                    (
+                        "prompt / completion tokens",
+                        f"{judge.get('prompt_tokens', 0):,} / {judge.get('completion_tokens', 0):,}",
+                    ),
                     ("judge cost", format_cost(judge.get("cost_usd", 0.0))),
-                    ("METEOR synonyms", {True: "on (WordNet)", False: "off", None: "-"}[synonyms])],
-            listing=self.listing, notes=notes,
-        ))
+                    ("METEOR synonyms", {True: "on (WordNet)", False: "off", None: "-"}[synonyms]),
+                ],
+                listing=self.listing,
+                notes=notes,
+            )
+        )
 
 
 # --- the page --------------------------------------------------------------------------------
@@ -430,8 +487,10 @@ def _bar_chart(bars: list[tuple[str, int, int]], filters: dict[str, str]) -> str
     values = [(f"{format_share(failed, total)} ", f"({failed:,}/{total:,})") for _, failed, total in bars]
     value_w = max(_text_width(a + b) for a, b in values) + 12
     width, height = round(label_w + chart_w + 8 + value_w), row_h * len(bars) + 8
-    parts = [f'<svg class="bars" role="img" aria-label="failure rate per check" width="{width}" '
-             f'height="{height}" viewBox="0 0 {width} {height}">']
+    parts = [
+        f'<svg class="bars" role="img" aria-label="failure rate per check" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}">'
+    ]
     for i, ((name, failed, total), (rate_text, counts)) in enumerate(zip(bars, values, strict=True)):
         y = 4 + i * row_h
         rate = failed / total if total else 0.0
@@ -444,69 +503,92 @@ def _bar_chart(bars: list[tuple[str, int, int]], filters: dict[str, str]) -> str
             f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end" class="label">{_e(shorten(name, 44))}</text></a>'
             f'<rect x="{label_w}" y="{y + 4}" width="{chart_w}" height="{row_h - 8}" class="track"/>'
             f'<rect x="{label_w}" y="{y + 4}" width="{bar_w:.1f}" height="{row_h - 8}" class="bar {tone}">'
-            f'<title>{_e(name)}: {failed:,} of {total:,} rows</title></rect>'
+            f"<title>{_e(name)}: {failed:,} of {total:,} rows</title></rect>"
             f'<text x="{label_w + chart_w + 8}" y="{y + 16}" class="value">{_e(rate_text)}'
-            f'<tspan class="muted">{_e(counts)}</tspan></text></g>')
+            f'<tspan class="muted">{_e(counts)}</tspan></text></g>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 
 
 def _histogram(name: str, bins: list[tuple[str, int]], unit: str) -> str:
     # Each bin is as wide as its longest label or count, so five- and six-digit counts fit.
-    step = max(44.0, max(_text_width(f"{count:,}", 6.8) + 8 for _, count in bins),
-               max(_text_width(label, 6.8) + 8 for label, _ in bins))
+    step = max(
+        44.0,
+        max(_text_width(f"{count:,}", 6.8) + 8 for _, count in bins),
+        max(_text_width(label, 6.8) + 8 for label, _ in bins),
+    )
     width, height, top, bottom = round(step * len(bins) + 8), 120, 18, 22
     peak = max((count for _, count in bins), default=0) or 1
     total = sum(count for _, count in bins)
-    parts = [f'<figure class="hist"><figcaption>{_e(shorten(name, 48))} '
-             f'<span class="muted">({total:,} {_e(unit)})</span></figcaption>'
-             f'<svg role="img" aria-label="{_e(name)} distribution over {total:,} {_e(unit)}" width="{width}" '
-             f'height="{height}" viewBox="0 0 {width} {height}">']
+    parts = [
+        f'<figure class="hist"><figcaption>{_e(shorten(name, 48))} '
+        f'<span class="muted">({total:,} {_e(unit)})</span></figcaption>'
+        f'<svg role="img" aria-label="{_e(name)} distribution over {total:,} {_e(unit)}" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}">'
+    ]
     for i, (label, count) in enumerate(bins):
         h = (height - top - bottom) * count / peak
         x = i * step + 4
         y = height - bottom - h
-        parts.append(f'<rect class="bin" x="{x:.1f}" y="{y:.1f}" width="{step - 8:.1f}" height="{h:.1f}">'
-                     f'<title>{_e(label)}: {count:,} {_e(unit)}</title></rect>'
-                     f'<text class="count" x="{x + (step - 8) / 2:.1f}" y="{y - 4:.1f}" text-anchor="middle">'
-                     f'{count:,}</text>'
-                     f'<text class="axis" x="{x + (step - 8) / 2:.1f}" y="{height - 6}" text-anchor="middle">'
-                     f'{_e(label)}</text>')
+        parts.append(
+            f'<rect class="bin" x="{x:.1f}" y="{y:.1f}" width="{step - 8:.1f}" height="{h:.1f}">'
+            f"<title>{_e(label)}: {count:,} {_e(unit)}</title></rect>"
+            f'<text class="count" x="{x + (step - 8) / 2:.1f}" y="{y - 4:.1f}" text-anchor="middle">'
+            f"{count:,}</text>"
+            f'<text class="axis" x="{x + (step - 8) / 2:.1f}" y="{height - 6}" text-anchor="middle">'
+            f"{_e(label)}</text>"
+        )
     parts.append("</svg></figure>")
     return "".join(parts)
 
 
 def _failing_rows(listing: _Listing, filters: dict[str, str]) -> str:
     if not listing.rows:
-        return f'<p class="empty">{_e(listing.note())}</p>' if listing.total else \
-            '<p class="empty">No failing rows.</p>'
+        return (
+            f'<p class="empty">{_e(listing.note())}</p>' if listing.total else '<p class="empty">No failing rows.</p>'
+        )
     # Each view's sentence is written here, so the script only shows it: counts stay exact.
-    options = "".join(f'<option value="{_e(key)}" data-note="{_e(listing.note(name, name))}">'
-                      f'{_e(shorten(name, 60))} ({listing.by_check[name]:,})</option>'
-                      for name, key in filters.items())
-    parts = ['<div class="filter"><label for="check-filter">Check</label> '
-             f'<select id="check-filter"><option value="" data-note="{_e(listing.note())}">all checks '
-             f'({listing.total:,})</option>{options}</select> '
-             f'<span id="shown" class="muted">{_e(listing.note())}</span></div>']
+    options = "".join(
+        f'<option value="{_e(key)}" data-note="{_e(listing.note(name, name))}">'
+        f"{_e(shorten(name, 60))} ({listing.by_check[name]:,})</option>"
+        for name, key in filters.items()
+    )
+    parts = [
+        '<div class="filter"><label for="check-filter">Check</label> '
+        f'<select id="check-filter"><option value="" data-note="{_e(listing.note())}">all checks '
+        f"({listing.total:,})</option>{options}</select> "
+        f'<span id="shown" class="muted">{_e(listing.note())}</span></div>'
+    ]
     with_calls = any(row.calls for row in listing.rows)  # score rows have none
-    parts.append('<table class="rows"><thead><tr><th>id</th><th>status</th>' + ("<th>call</th>" if with_calls else "")
-                 + '<th>findings</th></tr></thead><tbody>')
+    parts.append(
+        '<table class="rows"><thead><tr><th>id</th><th>status</th>'
+        + ("<th>call</th>" if with_calls else "")
+        + "<th>findings</th></tr></thead><tbody>"
+    )
     for row in listing.rows:
         keys = " ".join(sorted({filters[c] for c in row.listed if c in filters}))
         items = []
         for check, message, evidence in row.details:
             quotes = "".join(f"<q>{_e(q)}</q>" for q in evidence)
-            items.append(f'<li><span class="tag">{_e(shorten(check, 60))}</span> {_e(message)}'
-                         + (f'<div class="evidence">{quotes}</div>' if quotes else "") + "</li>")
-        calls = "".join(f'<div class="call {_e(kind.split()[0])}"><span class="kind">{_e(kind)}</span> '
-                        f'<code>{_e(text)}</code>' + (f'<div class="muted">{_e(note)}</div>' if note else "")
-                        + "</div>" for kind, text, note in row.calls)
+            items.append(
+                f'<li><span class="tag">{_e(shorten(check, 60))}</span> {_e(message)}'
+                + (f'<div class="evidence">{quotes}</div>' if quotes else "")
+                + "</li>"
+            )
+        calls = "".join(
+            f'<div class="call {_e(kind.split()[0])}"><span class="kind">{_e(kind)}</span> '
+            f"<code>{_e(text)}</code>" + (f'<div class="muted">{_e(note)}</div>' if note else "") + "</div>"
+            for kind, text, note in row.calls
+        )
         # Rows listed only under a check's filter start hidden, so the page is right without its script.
-        parts.append(f'<tr class="failing" data-all="{int(row.in_all)}" data-checks="{_e(keys)}"'
-                     f'{"" if row.in_all else " hidden"}><td class="id">{_e(shorten(row.rid, 80))}</td>'
-                     f'<td><span class="status {_e(row.label.split()[0])}">{_e(row.label)}</span></td>'
-                     + (f'<td class="calls">{calls or "-"}</td>' if with_calls else "")
-                     + f'<td><ul>{"".join(items)}</ul></td></tr>')
+        parts.append(
+            f'<tr class="failing" data-all="{int(row.in_all)}" data-checks="{_e(keys)}"'
+            f'{"" if row.in_all else " hidden"}><td class="id">{_e(shorten(row.rid, 80))}</td>'
+            f'<td><span class="status {_e(row.label.split()[0])}">{_e(row.label)}</span></td>'
+            + (f'<td class="calls">{calls or "-"}</td>' if with_calls else "")
+            + f"<td><ul>{''.join(items)}</ul></td></tr>"
+        )
     parts.append("</tbody></table>")
     return "".join(parts)
 
@@ -578,18 +660,25 @@ def _render(page: _Page) -> str:
     script_hash = base64.b64encode(hashlib.sha256(_JS.encode()).digest()).decode()
     # No request of any kind leaves the page: no fonts, images, scripts or styles from elsewhere.
     csp = f"default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{script_hash}'; img-src data:"
-    cards = "".join(f'<div class="card {tone}"><div class="k">{_e(label)}</div><div class="v">{_e(value)}</div></div>'
-                    for label, value, tone in page.cards)
+    cards = "".join(
+        f'<div class="card {tone}"><div class="k">{_e(label)}</div><div class="v">{_e(value)}</div></div>'
+        for label, value, tone in page.cards
+    )
     head = "".join(f'<th class="{"num" if i else ""}">{_e(h)}</th>' for i, h in enumerate(page.table_head))
-    table = "".join("<tr>" + "".join(f'<td class="{"num" if i else ""}">{_e(v)}</td>' for i, v in enumerate(row))
-                    + "</tr>" for row in page.table)
+    table = "".join(
+        "<tr>" + "".join(f'<td class="{"num" if i else ""}">{_e(v)}</td>' for i, v in enumerate(row)) + "</tr>"
+        for row in page.table
+    )
     quantile_head = "".join(f'<th class="num">{name}</th>' for name, _ in _QUANTILES)
-    quantiles = "".join(f"<tr><td>{_e(what)}</td>" + "".join(f'<td class="num">{_e(_number(v, unit))}</td>'
-                                                              for v in values) + "</tr>"
-                        for what, values, unit in page.percentiles)
+    quantiles = "".join(
+        f"<tr><td>{_e(what)}</td>" + "".join(f'<td class="num">{_e(_number(v, unit))}</td>' for v in values) + "</tr>"
+        for what, values, unit in page.percentiles
+    )
     totals = "".join(f'<tr><td>{_e(k)}</td><td class="num">{_e(v)}</td></tr>' for k, v in page.totals)
-    hists = "".join(_histogram(name, bins, "rows") for name, bins in page.distributions) or \
-        '<p class="empty">No scores in these rows.</p>'
+    hists = (
+        "".join(_histogram(name, bins, "rows") for name, bins in page.distributions)
+        or '<p class="empty">No scores in these rows.</p>'
+    )
     notes = "".join(f'<p class="notes">{_e(note)}</p>' for note in page.notes)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

@@ -28,8 +28,17 @@ from reflection._json import JSONTooDeep, parse_json
 from reflection.config import DEFAULT_MAX_LINE_BYTES
 from reflection.rows import parse_line
 
-__all__ = ["FORMATS", "SourceRow", "check_input", "count_rows", "decode_columns", "detect_format", "jsonl_lines",
-           "jsonl_row", "read_source"]
+__all__ = [
+    "FORMATS",
+    "SourceRow",
+    "check_input",
+    "count_rows",
+    "decode_columns",
+    "detect_format",
+    "jsonl_lines",
+    "jsonl_row",
+    "read_source",
+]
 
 FORMATS: dict[str, str] = {
     ".jsonl": "jsonl",
@@ -81,8 +90,9 @@ def check_input(path: Path) -> None:
         raise ValueError(f"{path} is {kind}; give a dataset file (or a pipe)")
 
 
-def read_source(path: str | Path, fmt: str | None = None, *,
-                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[SourceRow]:
+def read_source(
+    path: str | Path, fmt: str | None = None, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> Iterator[SourceRow]:
     """Stream the records of a dataset file (format from the extension unless `fmt` is given).
 
     Lines longer than `max_line_bytes` (JSON Lines, CSV) become error rows. Raises at once,
@@ -135,8 +145,9 @@ def count_rows(path: str | Path, fmt: str | None = None) -> int | None:
 
 class _LineTooLong(Exception):
     def __init__(self, number: int, size: int, limit: int):
-        super().__init__(f"line {number} is longer than the {limit:,}-byte limit (max_line_bytes): "
-                         f"{size:,} bytes; it was skipped")
+        super().__init__(
+            f"line {number} is longer than the {limit:,}-byte limit (max_line_bytes): {size:,} bytes; it was skipped"
+        )
 
 
 def _bounded_lines(f: io.BufferedIOBase, limit: int) -> Iterator[tuple[int, bytes | _LineTooLong]]:
@@ -157,12 +168,12 @@ def _bounded_lines(f: io.BufferedIOBase, limit: int) -> Iterator[tuple[int, byte
                 yield number, _LineTooLong(number, skipped + end - start, limit)
                 skipped = -1
             elif carried:
-                line, carried = carried + block[start:end + 1], b""
+                line, carried = carried + block[start : end + 1], b""
                 yield number, line if len(line) <= limit + 1 else _LineTooLong(number, len(line) - 1, limit)
             elif end - start > limit:
                 yield number, _LineTooLong(number, end - start, limit)
             else:
-                yield number, block[start:end + 1]
+                yield number, block[start : end + 1]
             start = end + 1
         rest = len(block) - start
         if skipped >= 0:
@@ -182,8 +193,10 @@ def _not_utf8(line: bytes, where: str) -> str | None:
     try:
         line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return (f"{where} is not valid UTF-8 (byte 0x{line[exc.start]:02x} at byte {exc.start + 1} of the line); "
-                "save the file as UTF-8")
+        return (
+            f"{where} is not valid UTF-8 (byte 0x{line[exc.start]:02x} at byte {exc.start + 1} of the line); "
+            "save the file as UTF-8"
+        )
     return None
 
 
@@ -211,7 +224,7 @@ def jsonl_row(number: int, line: bytes | str) -> SourceRow | None:
     if isinstance(line, str):
         return SourceRow(number, error=line)
     if line.startswith(_BOM):  # editors write one at the start of a file; files get concatenated
-        line = line[len(_BOM):]
+        line = line[len(_BOM) :]
     if not line.strip():
         return None
     try:
@@ -287,8 +300,11 @@ def _read_json_array(path: Path) -> Iterator[SourceRow]:
             pos += 1
             first = skip_space()
         if first != "[":
-            yield SourceRow(1, error=f"{path.name} is not a JSON array (starts with {first!r}); "
-                                     "use a .jsonl file for one row per line")
+            yield SourceRow(
+                1,
+                error=f"{path.name} is not a JSON array (starts with {first!r}); "
+                "use a .jsonl file for one row per line",
+            )
             return
         pos += 1
         number = 0
@@ -305,12 +321,17 @@ def _read_json_array(path: Path) -> Iterator[SourceRow]:
                 return
             if expect_comma:
                 if char != ",":
-                    yield SourceRow(number + 1, error=f"{path.name}: expected ',' or ']' after element {number}, "
-                                                      f"found {char!r}; the rest of the file cannot be read")
+                    yield SourceRow(
+                        number + 1,
+                        error=f"{path.name}: expected ',' or ']' after element {number}, "
+                        f"found {char!r}; the rest of the file cannot be read",
+                    )
                     return
                 pos += 1
                 if skip_space() is None:
-                    yield SourceRow(number + 1, error=f"{path.name} ends before the array is closed; the file is truncated")
+                    yield SourceRow(
+                        number + 1, error=f"{path.name} ends before the array is closed; the file is truncated"
+                    )
                     return
             number += 1
             while True:
@@ -323,15 +344,20 @@ def _read_json_array(path: Path) -> Iterator[SourceRow]:
                     if found is None and fill():
                         continue
                     if found is None:
-                        yield SourceRow(number, error=f"{path.name} ends before the array is closed; the file is truncated")
+                        yield SourceRow(
+                            number, error=f"{path.name} ends before the array is closed; the file is truncated"
+                        )
                         return
                     value, end = _DEEP, found
                 except ValueError as exc:
                     # Incomplete at the end of the buffer: read more and try again.
                     if fill():
                         continue
-                    yield SourceRow(number, error=f"element {number} of {path.name} is not valid JSON ({exc}); "
-                                                  "the rest of the file cannot be read")
+                    yield SourceRow(
+                        number,
+                        error=f"element {number} of {path.name} is not valid JSON ({exc}); "
+                        "the rest of the file cannot be read",
+                    )
                     return
                 # A number at the buffer's edge may continue in the next chunk.
                 if end == len(buffer) and not eof and fill():
@@ -452,7 +478,7 @@ class _CsvLines:
         if isinstance(line, _LineTooLong):
             raise _BadLine(str(line))
         if self.number == 1 and line.startswith(_BOM):
-            line = line[len(_BOM):]
+            line = line[len(_BOM) :]
         try:
             return line.decode("utf-8")
         except UnicodeDecodeError:
@@ -472,8 +498,7 @@ def _read_csv(path: Path, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Itera
         if fieldnames is None:
             return
         if not any(name in fieldnames for name in ("call", "tool_calls")):
-            yield SourceRow(1, error=f"{path.name}: no 'call' or 'tool_calls' column; "
-                                     f"the header has {fieldnames}")
+            yield SourceRow(1, error=f"{path.name}: no 'call' or 'tool_calls' column; the header has {fieldnames}")
             return
         number = 0
         while True:

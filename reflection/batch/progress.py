@@ -97,8 +97,10 @@ class PlainProgress:
         eta = ""
         if self.total and rate > 0:
             eta = f", ETA {max(0.0, (self.total - t.done) / rate):,.0f} s"
-        return (f"batch: {done} rows, {rate:,.1f} rows/s{eta}, {t.tokens:,} judge tokens, "
-                f"{'cost unknown' if t.cost is None else format_cost(t.cost)}, {t.errors:,} errors")
+        return (
+            f"batch: {done} rows, {rate:,.1f} rows/s{eta}, {t.tokens:,} judge tokens, "
+            f"{'cost unknown' if t.cost is None else format_cost(t.cost)}, {t.errors:,} errors"
+        )
 
     def finish(self) -> None:
         """Print the final line."""
@@ -144,8 +146,14 @@ class RichProgress:
 
     def _refresh(self, task: TaskID) -> None:
         t = self.tally
-        self._progress.update(task, completed=t.done, rate=f"{t.rate():,.1f}", tokens=f"{t.tokens:,}",
-                              cost=format_cost(t.cost), errors=t.errors)
+        self._progress.update(
+            task,
+            completed=t.done,
+            rate=f"{t.rate():,.1f}",
+            tokens=f"{t.tokens:,}",
+            cost=format_cost(t.cost),
+            errors=t.errors,
+        )
 
     def finish(self) -> None:
         """Final refresh; stop the live display."""

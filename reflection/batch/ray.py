@@ -48,6 +48,7 @@ def OUTPUT_SCHEMA() -> Any:  # upper case: a constant, built late so importing t
 
     return pa.schema([("id", pa.string()), ("overall_valid", pa.bool_()), ("error", pa.string()), ("row", pa.string())])
 
+
 _WINDOW_FACTOR = 2
 
 
@@ -90,12 +91,16 @@ def _source_row(record: dict[str, Any], position: int) -> SourceRow:
         source = decode_columns(record, position, strings_only=False)
         if source.error is not None:
             rid = record.get("id")
-            return SourceRow(position, {"id": str(rid) if rid is not None else _content_id(dumps(_plain(record)))},
-                             error=source.error)
+            return SourceRow(
+                position,
+                {"id": str(rid) if rid is not None else _content_id(dumps(_plain(record)))},
+                error=source.error,
+            )
     raw = source.raw
     if not isinstance(raw, Mapping):
-        return SourceRow(position, {"id": _content_id(dumps(raw))},
-                         error=f"expected a JSON object row, got {type(raw).__name__}")
+        return SourceRow(
+            position, {"id": _content_id(dumps(raw))}, error=f"expected a JSON object row, got {type(raw).__name__}"
+        )
     if raw.get("id") is None or isinstance(raw.get("id"), (dict, list)):
         return SourceRow(position, {**raw, "id": _content_id(dumps(raw))})
     return source
@@ -155,12 +160,15 @@ class ReflectBatches:
 
         sources = [_source_row(record, i) for i, record in enumerate(_records(batch), start=1)]
         rows = asyncio.run_coroutine_threadsafe(self._reflect(sources), self._loop).result()
-        return pa.table({
-            "id": [row["id"] for row in rows],
-            "overall_valid": [row.get("overall_valid") for row in rows],
-            "error": [row.get("error") for row in rows],
-            "row": [dumps(row) for row in rows],
-        }, schema=OUTPUT_SCHEMA())
+        return pa.table(
+            {
+                "id": [row["id"] for row in rows],
+                "overall_valid": [row.get("overall_valid") for row in rows],
+                "error": [row.get("error") for row in rows],
+                "row": [dumps(row) for row in rows],
+            },
+            schema=OUTPUT_SCHEMA(),
+        )
 
     async def _aclose(self) -> None:
         if self._judge is not None:
@@ -194,8 +202,12 @@ def reflect_with_ray(
     share = -(-judge_concurrency // num_actors)
     return dataset.map_batches(
         ReflectBatches,
-        fn_constructor_kwargs={"config": config, "judge_concurrency": judge_concurrency,
-                               "num_actors": num_actors, "cache_path": cache_path},
+        fn_constructor_kwargs={
+            "config": config,
+            "judge_concurrency": judge_concurrency,
+            "num_actors": num_actors,
+            "cache_path": cache_path,
+        },
         concurrency=num_actors,
         batch_size=batch_size or 4 * share,
         batch_format="pyarrow",

@@ -107,8 +107,7 @@ class BatchReport(_Frozen):
 
 
 def _is_flat_key(key: str, value: Any) -> bool:
-    return (key.startswith(("static_", "semantic_")) and isinstance(value, (int, float))
-            and not isinstance(value, bool))
+    return key.startswith(("static_", "semantic_")) and isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 _ROW_PREFIX = re.compile(r"^row .*?: ")
@@ -126,8 +125,11 @@ def row_problems(row: Mapping[str, Any]) -> list[str]:
     each judge check that could not be answered (after retries). Empty for a clean row."""
     if row.get("error"):
         return [str(row["error"])]
-    return [f"{name}: {check.get('error') or 'judge error'}"
-            for name, check in semantic_checks(row) if check.get("status") == "error"]
+    return [
+        f"{name}: {check.get('error') or 'judge error'}"
+        for name, check in semantic_checks(row)
+        if check.get("status") == "error"
+    ]
 
 
 def row_usage(row: Mapping[str, Any]) -> dict[str, float | None]:
@@ -138,10 +140,13 @@ def row_usage(row: Mapping[str, Any]) -> dict[str, float | None]:
     if usage is None:
         return {}
     bad = not isinstance(usage, Mapping) or any(
-        isinstance(v, bool) or not isinstance(v, (int, float, type(None))) for v in usage.values())
+        isinstance(v, bool) or not isinstance(v, (int, float, type(None))) for v in usage.values()
+    )
     if bad:
-        raise ValueError(f"row {str(row.get('id'))!r}: \"usage\" must be an object of numbers, got "
-                         f"{terminal_safe(repr(usage), one_line=True)[:80]}; this is not a reflection output row")
+        raise ValueError(
+            f'row {str(row.get("id"))!r}: "usage" must be an object of numbers, got '
+            f"{terminal_safe(repr(usage), one_line=True)[:80]}; this is not a reflection output row"
+        )
     return {k: v if k == "cost_usd" else v or 0 for k, v in usage.items()}  # a null cost stays unknown
 
 
@@ -281,11 +286,11 @@ def format_share(part: int, whole: int, decimals: int = 0) -> str:
         return "-"
     text = f"{part / whole:.{decimals}%}"
     zero, full = f"{0:.{decimals}%}", f"{1:.{decimals}%}"
-    step = f"{10.0 ** -decimals:.{decimals}f}"
+    step = f"{10.0**-decimals:.{decimals}f}"
     if part > 0 and text == zero:
         return f"<{step}%"
     if part < whole and text == full:
-        return f">{100 - 10.0 ** -decimals:.{decimals}f}%"
+        return f">{100 - 10.0**-decimals:.{decimals}f}%"
     return text
 
 
@@ -301,9 +306,11 @@ def render_report(report: BatchReport, console: Console | None = None) -> None:
     def share(k: int) -> str:
         return f"{k:,} ({format_share(k, n, 1)})" if n else "0"
 
-    console.print(f"[bold]{n:,} rows[/bold]: {share(report.valid)} valid, {share(report.invalid)} invalid, "
-                  f"{share(report.unknown)} unknown, {share(report.error)} error"
-                  + (f"; judge skipped on {report.judge_skipped:,}" if report.judge_skipped else ""))
+    console.print(
+        f"[bold]{n:,} rows[/bold]: {share(report.valid)} valid, {share(report.invalid)} invalid, "
+        f"{share(report.unknown)} unknown, {share(report.error)} error"
+        + (f"; judge skipped on {report.judge_skipped:,}" if report.judge_skipped else "")
+    )
 
     if report.means:
         means = Table(title="Mean of each flat key (over rows where present)", title_justify="left")
@@ -333,10 +340,18 @@ def render_report(report: BatchReport, console: Console | None = None) -> None:
         console.print(errors)
 
     judge = report.judge
-    console.print(f"judge: {judge.requests:,} requests, {judge.prompt_tokens:,} prompt + "
-                  f"{judge.completion_tokens:,} completion tokens ({judge.cached_tokens:,} cached), "
-                  + ("cost unknown (no price for the judge model: set judge.prices in the config)"
-                     if judge.cost_usd is None else format_cost(judge.cost_usd)), markup=False)
+    console.print(
+        f"judge: {judge.requests:,} requests, {judge.prompt_tokens:,} prompt + "
+        f"{judge.completion_tokens:,} completion tokens ({judge.cached_tokens:,} cached), "
+        + (
+            "cost unknown (no price for the judge model: set judge.prices in the config)"
+            if judge.cost_usd is None
+            else format_cost(judge.cost_usd)
+        ),
+        markup=False,
+    )
     latency = report.latency_ms
-    console.print(f"latency per row: p50 {_fmt_ms(latency.p50)}, p95 {_fmt_ms(latency.p95)}, "
-                  f"max {_fmt_ms(latency.max)} over {latency.rows:,} rows")
+    console.print(
+        f"latency per row: p50 {_fmt_ms(latency.p50)}, p95 {_fmt_ms(latency.p95)}, "
+        f"max {_fmt_ms(latency.max)} over {latency.rows:,} rows"
+    )

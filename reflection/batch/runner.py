@@ -116,8 +116,11 @@ class Ids:
             return None
         if duplicate_of is not None:
             self.stats.duplicates += 1
-            return error_row(rid, f"duplicate id {duplicate_of!r}: an earlier input row has it, so this row "
-                                  f"(input position {position}) was not reflected; give every row a unique id")
+            return error_row(
+                rid,
+                f"duplicate id {duplicate_of!r}: an earlier input row has it, so this row "
+                f"(input position {position}) was not reflected; give every row a unique id",
+            )
         return rid
 
     def prepare(self, source: SourceRow) -> InputRow | dict[str, Any] | None:
@@ -126,7 +129,9 @@ class Ids:
         return item_of(source, rid) if isinstance(rid, str) else rid
 
 
-def _prepare(rows: Iterable[SourceRow], skip_ids: Container[str], stats: BatchStats) -> Iterator[InputRow | dict[str, Any]]:
+def _prepare(
+    rows: Iterable[SourceRow], skip_ids: Container[str], stats: BatchStats
+) -> Iterator[InputRow | dict[str, Any]]:
     ids = Ids(skip_ids, stats)
     for source in rows:
         item = ids.prepare(source)
@@ -238,7 +243,8 @@ async def _reflector_for(
 
             # The batch's concurrency is the judge's: its limiter and connection pool are sized to it.
             judge = await stack.enter_async_context(
-                build_judge(config.judge, max_concurrency=concurrency, cache=cache, http_client=http_client))
+                build_judge(config.judge, max_concurrency=concurrency, cache=cache, http_client=http_client)
+            )
         yield Reflector(config, judge=judge)
 
 
@@ -300,23 +306,40 @@ async def reflect_dataset(
             yield row
 
 
-def static_lines(input: Path, config: ReflectionConfig, *, workers: int, flat: bool = False,
-                 format: str | None = None) -> AsyncGenerator[Line, None]:
+def static_lines(
+    input: Path, config: ReflectionConfig, *, workers: int, flat: bool = False, format: str | None = None
+) -> AsyncGenerator[Line, None]:
     """What `reflection check` writes for a file when no judge is configured: each output row's
     summary and line, in input order, with the id rules of `reflect_dataset`."""
-    return _static_lines(input, format or detect_format(input), config, workers=workers, flat=flat,
-                         skip_ids=frozenset(), stats=BatchStats())
+    return _static_lines(
+        input,
+        format or detect_format(input),
+        config,
+        workers=workers,
+        flat=flat,
+        skip_ids=frozenset(),
+        stats=BatchStats(),
+    )
 
 
-def _static_lines(input: Path, fmt: str, config: ReflectionConfig, *, workers: int, flat: bool,
-                  skip_ids: Container[str], stats: BatchStats) -> AsyncGenerator[Line, None]:
+def _static_lines(
+    input: Path,
+    fmt: str,
+    config: ReflectionConfig,
+    *,
+    workers: int,
+    flat: bool,
+    skip_ids: Container[str],
+    stats: BatchStats,
+) -> AsyncGenerator[Line, None]:
     """The output lines of `input`'s rows not in `skip_ids`, static checks and grounding only, in
     input order: in `workers` processes when `use_processes` says so (JSON Lines go to them
     unparsed; other formats are prepared here), else in this one."""
     processes = use_processes(input, config, workers)
     if processes and fmt == "jsonl":
-        rows = reflect_lines_in_processes(jsonl_lines(input, config.max_line_bytes), config, workers=workers,
-                                          flat=flat, skip_ids=skip_ids)
+        rows = reflect_lines_in_processes(
+            jsonl_lines(input, config.max_line_bytes), config, workers=workers, flat=flat, skip_ids=skip_ids
+        )
         return _settled(rows, Ids(skip_ids, stats))
     items = _prepare(read_source(input, fmt, max_line_bytes=config.max_line_bytes), skip_ids, stats)
     return reflect_in_processes(items, config, workers=workers, flat=flat) if processes else _in_process(items, flat)

@@ -21,8 +21,11 @@ from reflection.cli.serve import mcp_proxy, serve
 
 __all__ = ["app"]
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Check LLM agents' tool calls before they execute, and score them against references.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Check LLM agents' tool calls before they execute, and score them against references.",
+)
 
 
 def _print_version(value: bool) -> None:
@@ -35,8 +38,13 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                 help="Print the version (and the package's name on the package index) and exit."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the version (and the package's name on the package index) and exit.",
+    ),
 ) -> None:
     """Check LLM agents' tool calls before they execute, and score them against references."""
 
@@ -48,7 +56,11 @@ app.command("report", help="Summarise a batch output file (text table or --json)
 app.command("serve", help="Run the reflection service and the OpenAI-compatible gateway (HTTP).")(serve)
 # Options end at the server's command (no `--` needed), so clients that split their own
 # command lines at `--` (the MCP Inspector) can still pass the server's options through.
-app.command("mcp-proxy", context_settings={"allow_interspersed_args": False},
-            help="Check the tool calls of an MCP server (stdio or streamable HTTP): reflection mcp-proxy -- COMMAND ARGS...")(mcp_proxy)
+app.command(
+    "mcp-proxy",
+    context_settings={"allow_interspersed_args": False},
+    help="Check the tool calls of an MCP server (stdio or streamable HTTP): reflection mcp-proxy -- COMMAND ARGS...",
+)(mcp_proxy)
 app.command("calibrate", help="Calibrate thresholds on labelled calls: confusion matrices, sweeps, suggestions.")(
-    calibrate_command)
+    calibrate_command
+)

@@ -33,8 +33,10 @@ if TYPE_CHECKING:  # the commands import what they use when they run: `reflectio
 
 __all__ = ["WORKERS_HELP", "batch", "report"]
 
-WORKERS_HELP = ("Processes reflecting rows when no judge is configured (default: the usable cores, at most 8; "
-                "inputs under 1 MiB use one). With a judge, rows run in one process, concurrently.")
+WORKERS_HELP = (
+    "Processes reflecting rows when no judge is configured (default: the usable cores, at most 8; "
+    "inputs under 1 MiB use one). With a judge, rows run in one process, concurrently."
+)
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -53,23 +55,41 @@ def _console(*, stderr: bool = False) -> Console:
 def batch(
     input: Path = typer.Argument(..., help="Dataset: .jsonl, .json (array), .csv (JSON columns) or .parquet."),
     output: Path = typer.Option(..., "-o", "--output", help="Result rows (JSON Lines); rerun to resume."),
-    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help="YAML config (see config.example.yaml)."),
-    base_url: str | None = typer.Option(None, "--base-url", help="Judge endpoint (OpenAI-compatible); overrides the config."),
+    config: Path | None = typer.Option(
+        None, "--config", exists=True, dir_okay=False, help="YAML config (see config.example.yaml)."
+    ),
+    base_url: str | None = typer.Option(
+        None, "--base-url", help="Judge endpoint (OpenAI-compatible); overrides the config."
+    ),
     model: str | None = typer.Option(None, "--model", help="Judge model name; overrides the config."),
     mode: str | None = typer.Option(None, "--mode", help="combined (one judge request per call) or per_check."),
-    concurrency: int = typer.Option(16, "--concurrency", min=1, help="Judge requests at once (rows in flight: twice this)."),
+    concurrency: int = typer.Option(
+        16, "--concurrency", min=1, help="Judge requests at once (rows in flight: twice this)."
+    ),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the judge cache."),
-    cache_path: Path | None = typer.Option(None, "--cache-path", dir_okay=False,
-                                           help="Judge cache (SQLite). Default: .reflection-cache.sqlite next to OUTPUT."),
+    cache_path: Path | None = typer.Option(
+        None,
+        "--cache-path",
+        dir_okay=False,
+        help="Judge cache (SQLite). Default: .reflection-cache.sqlite next to OUTPUT.",
+    ),
     static_only: bool = typer.Option(False, "--static-only", help="Run only the static checks and grounding."),
-    retry_unknown: bool = typer.Option(True, "--retry-unknown/--no-retry-unknown",
-                                       help="Reflect again the rows of OUTPUT whose judge failed, replacing them."),
+    retry_unknown: bool = typer.Option(
+        True,
+        "--retry-unknown/--no-retry-unknown",
+        help="Reflect again the rows of OUTPUT whose judge failed, replacing them.",
+    ),
     json_report: bool = typer.Option(False, "--json-report", help="Print the final report as JSON."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr."),
     flat: bool = typer.Option(False, "--flat", help="Write only id, overall_valid, the flat keys and error per row."),
     workers: int | None = typer.Option(None, "--workers", min=1, help=WORKERS_HELP),
-    fail_on: list[str] = typer.Option([], "--fail-on", callback=fail_on_option, metavar="invalid|unknown|error",
-                                      help=FAIL_ON_HELP + " Counts every row of OUTPUT, resumed ones too."),
+    fail_on: list[str] = typer.Option(
+        [],
+        "--fail-on",
+        callback=fail_on_option,
+        metavar="invalid|unknown|error",
+        help=FAIL_ON_HELP + " Counts every row of OUTPUT, resumed ones too.",
+    ),
 ) -> None:
     """Reflect every row of INPUT into OUTPUT, one result row per input row (any order), then print the report.
 
@@ -82,18 +102,33 @@ def batch(
     cfg = load_config(config, static_only=static_only, base_url=base_url, model=model, mode=mode)
     err = _console(stderr=True)
     if cfg.judge is None:
-        reason = "--static-only" if static_only else "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
+        reason = (
+            "--static-only"
+            if static_only
+            else "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
+        )
         err.print(f"judge skipped: {reason}; running static checks and grounding only", markup=False)
     cache_file = None if no_cache or cfg.judge is None else (cache_path or default_cache_path(output))
     try:
-        stats: BatchStats = anyio.run(lambda: run_batch(
-            input, output, config=cfg, concurrency=concurrency, cache=cache_file is not None,
-            cache_path=cache_file, progress=make_progress(err, enabled=progress), retry_unknown=retry_unknown,
-            flat=flat, workers=workers or default_workers(),
-        ))
+        stats: BatchStats = anyio.run(
+            lambda: run_batch(
+                input,
+                output,
+                config=cfg,
+                concurrency=concurrency,
+                cache=cache_file is not None,
+                cache_path=cache_file,
+                progress=make_progress(err, enabled=progress),
+                retry_unknown=retry_unknown,
+                flat=flat,
+                workers=workers or default_workers(),
+            )
+        )
     except KeyboardInterrupt:
-        err.print(f"interrupted: the rows written so far are in {terminal_safe(output)}; rerun the same command to resume",
-                  markup=False)
+        err.print(
+            f"interrupted: the rows written so far are in {terminal_safe(output)}; rerun the same command to resume",
+            markup=False,
+        )
         raise typer.Exit(130) from None
     notes = [f"wrote {stats.written:,} rows to {terminal_safe(output)} in {stats.seconds:,.1f} s"]
     if stats.skipped:
@@ -105,8 +140,10 @@ def batch(
     if stats.truncated_bytes:
         notes.append(f"cut a partial last line ({stats.truncated_bytes:,} bytes) left by an interrupted run")
     if cfg.judge is not None:
-        notes.append(f"{stats.judge_requests:,} judge requests"
-                     + (f", {stats.cache_hits:,} cache hits ({terminal_safe(cache_file)})" if cache_file else ", cache off"))
+        notes.append(
+            f"{stats.judge_requests:,} judge requests"
+            + (f", {stats.cache_hits:,} cache hits ({terminal_safe(cache_file)})" if cache_file else ", cache off")
+        )
     err.print("; ".join(notes), markup=False)
     pipe = ClosedStdout()
     summary = _read_report(output)
@@ -121,8 +158,9 @@ def batch(
 def report(
     output: Path = typer.Argument(..., help="A batch output file (JSON Lines)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    html_out: Path | None = typer.Option(None, "--html", dir_okay=False,
-                                         help="Also write a self-contained HTML report (charts, failing rows) here."),
+    html_out: Path | None = typer.Option(
+        None, "--html", dir_okay=False, help="Also write a self-contained HTML report (charts, failing rows) here."
+    ),
 ) -> None:
     """Summarise a batch output file: verdict counts, mean of each flat key, top failing checks, judge cost, latency.
 
@@ -159,4 +197,3 @@ def _print_report(summary: BatchReport, as_json: bool) -> None:
         typer.echo(summary.model_dump_json(indent=2))
     else:
         render_report(summary, _console())
-

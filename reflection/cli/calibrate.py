@@ -14,19 +14,40 @@ __all__ = ["calibrate_command"]
 
 
 def calibrate_command(
-    labeled: Path = typer.Argument(..., exists=True, dir_okay=False, help="Labelled rows (JSON Lines): {id, tools, history, call, label: {valid, checks}}."),
+    labeled: Path = typer.Argument(
+        ...,
+        exists=True,
+        dir_okay=False,
+        help="Labelled rows (JSON Lines): {id, tools, history, call, label: {valid, checks}}.",
+    ),
     output: Path = typer.Option(..., "-o", "--output", help="Write the JSON report here."),
-    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help="YAML config (see config.example.yaml)."),
-    base_url: str | None = typer.Option(None, "--base-url", help="Judge endpoint (OpenAI-compatible); overrides the config."),
+    config: Path | None = typer.Option(
+        None, "--config", exists=True, dir_okay=False, help="YAML config (see config.example.yaml)."
+    ),
+    base_url: str | None = typer.Option(
+        None, "--base-url", help="Judge endpoint (OpenAI-compatible); overrides the config."
+    ),
     model: str | None = typer.Option(None, "--model", help="Judge model name; overrides the config."),
     max_false_block: float | None = typer.Option(
-        None, "--max-false-block", min=0.0, max=1.0,
-        help="Suggest thresholds that block at most this share of valid calls (default: best F1)."),
-    plots: Path | None = typer.Option(None, "--plots", file_okay=False, help="Write one PNG per check here (needs the plots extra)."),
-    snippet: Path | None = typer.Option(None, "--snippet", dir_okay=False, help="Also write the suggested config snippet (YAML) here."),
+        None,
+        "--max-false-block",
+        min=0.0,
+        max=1.0,
+        help="Suggest thresholds that block at most this share of valid calls (default: best F1).",
+    ),
+    plots: Path | None = typer.Option(
+        None, "--plots", file_okay=False, help="Write one PNG per check here (needs the plots extra)."
+    ),
+    snippet: Path | None = typer.Option(
+        None, "--snippet", dir_okay=False, help="Also write the suggested config snippet (YAML) here."
+    ),
     concurrency: int = typer.Option(16, "--concurrency", min=1, help="Judge requests at once."),
-    cache_path: Path | None = typer.Option(None, "--cache-path", dir_okay=False,
-                                           help="Judge cache (SQLite). Default: .reflection-cache.sqlite next to OUTPUT."),
+    cache_path: Path | None = typer.Option(
+        None,
+        "--cache-path",
+        dir_okay=False,
+        help="Judge cache (SQLite). Default: .reflection-cache.sqlite next to OUTPUT.",
+    ),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the judge cache."),
 ) -> None:
     """Reflect labelled calls and report, for overall_valid and each labelled check, the
@@ -89,8 +110,11 @@ def calibrate_command(
         raise fail(str(exc)) from None
     err = Console(stderr=True, soft_wrap=True, highlight=False)
     if cfg.judge is None:
-        err.print("judge skipped: no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model); "
-                  "only the static checks are calibrated", markup=False)
+        err.print(
+            "judge skipped: no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model); "
+            "only the static checks are calibrated",
+            markup=False,
+        )
     cache_file = None if no_cache or cfg.judge is None else (cache_path or default_cache_path(output))
 
     async def run() -> tuple[list[Observation], int]:
@@ -112,8 +136,10 @@ def calibrate_command(
         raise fail(f"cannot write the report: {exc}") from None
     notes = [f"reflected {len(rows)} labelled rows"]
     if cfg.judge is not None:
-        notes.append(f"{report.judge_requests} judge requests"
-                     + (f", {hits} cache hits ({cache_file})" if cache_file else ", cache off"))
+        notes.append(
+            f"{report.judge_requests} judge requests"
+            + (f", {hits} cache hits ({cache_file})" if cache_file else ", cache off")
+        )
     left_out = {k: v for k, v in report.excluded.items() if v}
     if left_out:
         notes.append("left out: " + ", ".join(f"{v} {k}" for k, v in left_out.items()))

@@ -36,18 +36,23 @@ __all__ = ["check"]
 
 @user_errors
 def check(
-    input: Path = typer.Argument(..., help="Rows {id, tools, history, call | tool_calls}: .jsonl, .json (array), .csv or .parquet, as for batch."),
+    input: Path = typer.Argument(
+        ..., help="Rows {id, tools, history, call | tool_calls}: .jsonl, .json (array), .csv or .parquet, as for batch."
+    ),
     output: Path | None = typer.Option(None, "-o", "--output", help="Write result rows here (default: stdout)."),
     static_only: bool = typer.Option(False, "--static-only", help="Run only the static checks and grounding."),
-    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help="YAML config (see config.example.yaml)."),
+    config: Path | None = typer.Option(
+        None, "--config", exists=True, dir_okay=False, help="YAML config (see config.example.yaml)."
+    ),
     base_url: str | None = typer.Option(None, "--base-url", help="Judge endpoint (OpenAI-compatible)."),
     model: str | None = typer.Option(None, "--model", help="Judge model name."),
     mode: str | None = typer.Option(None, "--mode", help="combined (one request per call) or per_check."),
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Rows reflected at once."),
     flat: bool = typer.Option(False, "--flat", help="Write only id, overall_valid, the flat keys and error per row."),
     workers: int | None = typer.Option(None, "--workers", min=1, help=WORKERS_HELP),
-    fail_on: list[str] = typer.Option([], "--fail-on", callback=fail_on_option, metavar="invalid|unknown|error",
-                                      help=FAIL_ON_HELP),
+    fail_on: list[str] = typer.Option(
+        [], "--fail-on", callback=fail_on_option, metavar="invalid|unknown|error", help=FAIL_ON_HELP
+    ),
 ) -> None:
     """Reflect every row of INPUT and write one JSON result row per input row.
 
@@ -59,11 +64,17 @@ def check(
     refuse_input_as_output(output, input)
     out = open_text_output(output) if output else sys.stdout
     if cfg.judge is None:
-        reason = "--static-only" if static_only else "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
+        reason = (
+            "--static-only"
+            if static_only
+            else "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-url/--model)"
+        )
         typer.echo(f"judge skipped: {reason}; running static checks and grounding only", err=True)
     try:  # a judge that cannot answer at all (JudgeFatalError) stops the run: a user error
         if cfg.judge is None:
-            counts = anyio.run(_write_lines, static_lines(input, cfg, workers=workers or default_workers(), flat=flat), out)
+            counts = anyio.run(
+                _write_lines, static_lines(input, cfg, workers=workers or default_workers(), flat=flat), out
+            )
             counts["judge_skipped"] = counts["rows"] - counts["error"]
         else:
             counts = anyio.run(_check_file, input, out, cfg, concurrency, flat)
@@ -71,8 +82,11 @@ def check(
     finally:
         if output:
             out.close()
-    typer.echo(f"{counts['rows']} rows: {counts['valid']} valid, {counts['invalid']} invalid, "
-               f"{counts['unknown']} unknown, {counts['error']} error", err=True)
+    typer.echo(
+        f"{counts['rows']} rows: {counts['valid']} valid, {counts['invalid']} invalid, "
+        f"{counts['unknown']} unknown, {counts['error']} error",
+        err=True,
+    )
     status = verdict_exit(counts, fail_on)
     if status:
         raise typer.Exit(status)
@@ -112,4 +126,3 @@ async def _check_file(path: Path, out: Any, cfg: ReflectionConfig, concurrency: 
                 drop_unawaited_quietly()
             raise
     return counts
-

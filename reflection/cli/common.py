@@ -30,10 +30,23 @@ from reflection._text import terminal_safe
 from reflection.batch._output import OutputCorrupt, OutputLocked
 from reflection.errors import JudgeFatalError
 
-__all__ = ["CLOSED_STDOUT", "FAIL_ON", "FAIL_ON_HELP", "NO_VERDICTS", "USER_ERRORS", "ClosedStdout", "drop_unawaited_quietly", "fail",
-           "fail_on_option", "open_text_output", "raise_broken_pipe", "refuse_input_as_output", "stdout_closed",
-           "user_errors",
-           "verdict_exit"]
+__all__ = [
+    "CLOSED_STDOUT",
+    "FAIL_ON",
+    "FAIL_ON_HELP",
+    "NO_VERDICTS",
+    "USER_ERRORS",
+    "ClosedStdout",
+    "drop_unawaited_quietly",
+    "fail",
+    "fail_on_option",
+    "open_text_output",
+    "raise_broken_pipe",
+    "refuse_input_as_output",
+    "stdout_closed",
+    "user_errors",
+    "verdict_exit",
+]
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
     ValueError,  # includes ConfigError, OutputCorrupt, RowError and pydantic's ValidationError
@@ -45,7 +58,6 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     JudgeFatalError,  # a judge endpoint that cannot answer at all (401/403/404, refused) stops the run
 )
 """Exceptions a command reports as `error: <message>` and exit status 2."""
-
 
 
 def fail(message: str) -> typer.Exit:
@@ -187,9 +199,11 @@ class ClosedStdout:
 FAIL_ON = ("invalid", "unknown", "error")
 """The kinds of row `--fail-on` takes, in the order a reason lists them."""
 
-FAIL_ON_HELP = ("Exit 1 (with a one-line reason on stderr) when any row is one of these: invalid, unknown "
-                "(the judge failed or was uncertain), error (unreadable row). Repeat the option or give a "
-                "comma list: --fail-on invalid,error.")
+FAIL_ON_HELP = (
+    "Exit 1 (with a one-line reason on stderr) when any row is one of these: invalid, unknown "
+    "(the judge failed or was uncertain), error (unreadable row). Repeat the option or give a "
+    "comma list: --fail-on invalid,error."
+)
 
 NO_VERDICTS = 3
 """The exit status when the judge answered none of the rows it was asked about."""
@@ -219,8 +233,11 @@ def verdict_exit(counts: Mapping[str, int], fail_on: Collection[str]) -> int:
     """
     judged = counts["rows"] - counts["error"] - counts.get("judge_skipped", 0)
     if judged > 0 and counts["unknown"] >= judged:
-        typer.echo(f"error: no verdicts: the judge answered none of the {judged:,} rows it was asked about "
-                   f"({counts['unknown']:,} unknown); see the judge errors (exit {NO_VERDICTS})", err=True)
+        typer.echo(
+            f"error: no verdicts: the judge answered none of the {judged:,} rows it was asked about "
+            f"({counts['unknown']:,} unknown); see the judge errors (exit {NO_VERDICTS})",
+            err=True,
+        )
         return NO_VERDICTS
     found = [f"{counts[kind]:,} {kind}" for kind in FAIL_ON if kind in fail_on and counts[kind]]
     if found:

@@ -41,25 +41,44 @@ _NO_JUDGE = "no judge configured (use --config, REFLECTION_JUDGE__*, or --base-u
 @user_errors
 def score(
     predictions: Path = typer.Argument(
-        ..., exists=True, dir_okay=False, readable=True,
+        ...,
+        exists=True,
+        dir_okay=False,
+        readable=True,
         help="JSON Lines: {id, tool_calls | tool_call | messages, response?} per row.",
     ),
     references: Path = typer.Option(
-        ..., "--references", exists=True, dir_okay=False, readable=True,
+        ...,
+        "--references",
+        exists=True,
+        dir_okay=False,
+        readable=True,
         help="JSON Lines: {id, expected_tool_calls, query?, tools?, expected_response?} per row.",
     ),
     output: Path | None = typer.Option(None, "-o", "--output", help="Write per-sample rows here (default: stdout)."),
-    json_summary: bool = typer.Option(False, "--json-summary", help="Print the summary as one JSON object instead of a table."),
-    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False,
-                                       help="YAML config with a judge (see config.example.yaml) for the judged metrics."),
-    base_url: str | None = typer.Option(None, "--base-url", help="Judge endpoint (OpenAI-compatible); overrides the config."),
+    json_summary: bool = typer.Option(
+        False, "--json-summary", help="Print the summary as one JSON object instead of a table."
+    ),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        exists=True,
+        dir_okay=False,
+        help="YAML config with a judge (see config.example.yaml) for the judged metrics.",
+    ),
+    base_url: str | None = typer.Option(
+        None, "--base-url", help="Judge endpoint (OpenAI-compatible); overrides the config."
+    ),
     model: str | None = typer.Option(None, "--model", help="Judge model name; overrides the config."),
-    concurrency: int | None = typer.Option(None, "--concurrency", min=1,
-                                           help="Judge requests at once (default: the judge's max_concurrency)."),
-    cache_path: Path | None = typer.Option(None, "--cache-path", dir_okay=False,
-                                           help="Cache judge replies in this SQLite file (default: no cache)."),
-    html_out: Path | None = typer.Option(None, "--html", dir_okay=False,
-                                         help="Also write a self-contained HTML report (charts, failing rows) here."),
+    concurrency: int | None = typer.Option(
+        None, "--concurrency", min=1, help="Judge requests at once (default: the judge's max_concurrency)."
+    ),
+    cache_path: Path | None = typer.Option(
+        None, "--cache-path", dir_okay=False, help="Cache judge replies in this SQLite file (default: no cache)."
+    ),
+    html_out: Path | None = typer.Option(
+        None, "--html", dir_okay=False, help="Also write a self-contained HTML report (charts, failing rows) here."
+    ),
 ) -> None:
     """Score PREDICTIONS against --references (joined by id): per-sample JSON Lines and a summary.
 
@@ -107,9 +126,16 @@ def score(
         raise_broken_pipe(Console(file=stream, soft_wrap=True)).print(_table(data))
 
 
-async def _write_rows(predictions: Path, references: Path, out: IO[str], summary: ScoreSummary,
-                      cfg: ReflectionConfig, concurrency: int | None, cache_path: Path | None,
-                      page: ScoreHtmlReport | None) -> None:
+async def _write_rows(
+    predictions: Path,
+    references: Path,
+    out: IO[str],
+    summary: ScoreSummary,
+    cfg: ReflectionConfig,
+    concurrency: int | None,
+    cache_path: Path | None,
+    page: ScoreHtmlReport | None,
+) -> None:
     from reflection.judge import build_judge
     from reflection.judge.cache import SQLiteJudgeCache
     from reflection.scoring.files import ascore_files
@@ -120,9 +146,16 @@ async def _write_rows(predictions: Path, references: Path, out: IO[str], summary
             cache = await stack.enter_async_context(SQLiteJudgeCache(cache_path)) if cache_path else None
             # The command's concurrency is the judge's: its limiter and connection pool are sized to it.
             judge = await stack.enter_async_context(
-                build_judge(cfg.judge, max_concurrency=concurrency or cfg.judge.max_concurrency, cache=cache))
-        async for row in ascore_files(predictions, references, judge=judge, concurrency=concurrency,
-                                      prompts_dir=cfg.prompts_dir, wordnet=cfg.wordnet):
+                build_judge(cfg.judge, max_concurrency=concurrency or cfg.judge.max_concurrency, cache=cache)
+            )
+        async for row in ascore_files(
+            predictions,
+            references,
+            judge=judge,
+            concurrency=concurrency,
+            prompts_dir=cfg.prompts_dir,
+            wordnet=cfg.wordnet,
+        ):
             summary.add(row)
             if page is not None:
                 page.add(row)
@@ -144,8 +177,11 @@ def _table(data: dict[str, Any]) -> Table:
     overall = data["overall_score"]
     weights = data["weights"]
     label = "overall ({:.2f}/{:.2f}/{:.2f}/{:.2f})".format(
-        weights["tool_selection_accuracy"], weights["parameter_accuracy"],
-        weights["execution_success"], weights["response_quality"])
+        weights["tool_selection_accuracy"],
+        weights["parameter_accuracy"],
+        weights["execution_success"],
+        weights["response_quality"],
+    )
     table.add_row(label, "-" if overall is None else f"{overall:.3f} {data['interpretation']}", "")
     table.add_row("rows", f"{data['rows']:,}", "")
     table.add_row("error rows", f"{data['error_rows']:,}", "")
@@ -158,17 +194,23 @@ def _table(data: dict[str, Any]) -> Table:
     if judge["configured"]:
         table.add_row("rows with a judge error", f"{judge['error_rows']:,}", "")
         table.add_row("judge requests", f"{judge['requests']:,}", "")
-        table.add_row("judge tokens (prompt / completion)", f"{judge['prompt_tokens']:,} / {judge['completion_tokens']:,}", "")
+        table.add_row(
+            "judge tokens (prompt / completion)", f"{judge['prompt_tokens']:,} / {judge['completion_tokens']:,}", ""
+        )
         table.add_row("judge cost (USD)", "unknown" if judge["cost_usd"] is None else f"{judge['cost_usd']:.4f}", "")
         if judge["cost_usd"] is None:
             notes.append("judge cost unknown: no price for the judge model (set judge.prices in the config)")
     else:
         notes.append(f"judged metrics skipped: {_NO_JUDGE}")
     if data["metrics"]["response_exact_match"]["n"] and not data["metrics"]["response_rouge_l"]["n"]:
-        notes.append("response_rouge_l and response_meteor need the metrics extra: pip install 'toolcall-reflection[metrics]'")
+        notes.append(
+            "response_rouge_l and response_meteor need the metrics extra: pip install 'toolcall-reflection[metrics]'"
+        )
     if data["meteor_synonyms"] is False:
-        notes.append("response_meteor: WordNet synonyms off, exact and stem matches only (install Debian's "
-                     "wordnet-base, or set REFLECTION_WORDNET to a WordNet database directory)")
+        notes.append(
+            "response_meteor: WordNet synonyms off, exact and stem matches only (install Debian's "
+            "wordnet-base, or set REFLECTION_WORDNET to a WordNet database directory)"
+        )
     if notes:  # plain text, not markup: "[metrics]" in an install hint would be read as a style
         table.caption = Text("\n".join(notes), style="table.caption")
     return table

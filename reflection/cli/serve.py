@@ -52,7 +52,9 @@ def _require_service_extra() -> None:
         import prometheus_client  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        raise fail(f"the service needs the 'service' extra: pip install \"toolcall-reflection[service]\" ({exc})") from None
+        raise fail(
+            f"the service needs the 'service' extra: pip install \"toolcall-reflection[service]\" ({exc})"
+        ) from None
 
 
 def _drain_refusing_supervisor() -> type:
@@ -72,10 +74,14 @@ def _drain_refusing_supervisor() -> type:
 
 
 def serve(
-    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, help="YAML config (service:, upstream:, judge:, gate:)."),
+    config: Path | None = typer.Option(
+        None, "--config", exists=True, dir_okay=False, help="YAML config (service:, upstream:, judge:, gate:)."
+    ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port (0: any free port)."),
-    workers: int = typer.Option(1, "--workers", min=1, help="Worker processes (each with its own judge pool and cache)."),
+    workers: int = typer.Option(
+        1, "--workers", min=1, help="Worker processes (each with its own judge pool and cache)."
+    ),
     insecure_no_auth: bool = typer.Option(False, "--insecure-no-auth", help="Listen beyond loopback without API keys."),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
 ) -> None:
@@ -89,8 +95,10 @@ def serve(
 
     cfg = _load(config)
     if not cfg.service.key_tenants() and not _is_loopback(host) and not insecure_no_auth:
-        raise fail(f"no API keys configured (service.api_keys, service.tenants or REFLECTION_SERVICE__API_KEYS), so the service "
-                    f"listens only on loopback; refusing --host {host}. Configure keys, or pass --insecure-no-auth.")
+        raise fail(
+            f"no API keys configured (service.api_keys, service.tenants or REFLECTION_SERVICE__API_KEYS), so the service "
+            f"listens only on loopback; refusing --host {host}. Configure keys, or pass --insecure-no-auth."
+        )
     if port == 0:
         port = _free_port(host)
     os.environ[CONFIG_ENV] = str(config.resolve()) if config else ""
@@ -104,19 +112,29 @@ def serve(
     shown = f"[{host}]" if ":" in host else host
     protocol = guarded_protocol()
     if protocol is None:
-        request_logger.warning("httptools is not installed: connections get uvicorn's keep-alive timeout only, no "
-                               "header time or size limit and no connection cap; install \"toolcall-reflection[service]\"")
+        request_logger.warning(
+            "httptools is not installed: connections get uvicorn's keep-alive timeout only, no "
+            'header time or size limit and no connection cap; install "toolcall-reflection[service]"'
+        )
     service = cfg.service
     request_logger.info(f"serving on http://{shown}:{port} with {workers} worker(s)", extra={"event": "listening"})
     try:
         # Not `limit_concurrency`: it counts idle connections too, so hoarded ones would refuse
         # every real request; the protocol caps connections and the middleware caps requests.
         server_config = uvicorn.Config(
-            APP_FACTORY, factory=True, host=host, port=port, workers=workers,
-            log_config=log_config(log_level), access_log=False, server_header=False, http=protocol or "auto",
+            APP_FACTORY,
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_config=log_config(log_level),
+            access_log=False,
+            server_header=False,
+            http=protocol or "auto",
             timeout_keep_alive=service.keep_alive_seconds,
             # Draining waits for the longest request: its body's time, then its deadline.
-            timeout_graceful_shutdown=int(service.body_timeout_seconds + service.deadline_seconds) + 1, backlog=2048,
+            timeout_graceful_shutdown=int(service.body_timeout_seconds + service.deadline_seconds) + 1,
+            backlog=2048,
         )
         if workers > 1:
             _drain_refusing_supervisor()(server_config, sockets=[server_config.bind_socket()]).run()
@@ -154,14 +172,30 @@ def _header(value: str) -> tuple[str, str]:
 
 def mcp_proxy(
     command: list[str] | None = typer.Argument(None, help="The MCP server to run, after --: COMMAND ARGS..."),
-    config: Path | None = typer.Option(None, "--config", exists=True, dir_okay=False, envvar=_MCP_CONFIG_ENV,
-                                       help=f"YAML config (judge:, gate:); or set {_MCP_CONFIG_ENV}."),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        exists=True,
+        dir_okay=False,
+        envvar=_MCP_CONFIG_ENV,
+        help=f"YAML config (judge:, gate:); or set {_MCP_CONFIG_ENV}.",
+    ),
     url: str | None = typer.Option(None, "--url", help="A remote MCP server over streamable HTTP, instead of COMMAND."),
-    header: list[str] | None = typer.Option(None, "--header", help="'Name: value' sent to --url with every request (repeatable)."),
-    listen: str | None = typer.Option(None, "--listen", help="Serve clients over streamable HTTP at http://HOST:PORT/mcp instead of stdio."),
-    insecure_no_auth: bool = typer.Option(False, "--insecure-no-auth", help="Let --listen use an address beyond loopback (no authentication)."),
-    request_timeout: float = typer.Option(30.0, "--request-timeout", min=0.1,
-                                          help="Seconds to wait for the server's answer to the proxy's own tools/list."),
+    header: list[str] | None = typer.Option(
+        None, "--header", help="'Name: value' sent to --url with every request (repeatable)."
+    ),
+    listen: str | None = typer.Option(
+        None, "--listen", help="Serve clients over streamable HTTP at http://HOST:PORT/mcp instead of stdio."
+    ),
+    insecure_no_auth: bool = typer.Option(
+        False, "--insecure-no-auth", help="Let --listen use an address beyond loopback (no authentication)."
+    ),
+    request_timeout: float = typer.Option(
+        30.0,
+        "--request-timeout",
+        min=0.1,
+        help="Seconds to wait for the server's answer to the proxy's own tools/list.",
+    ),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
 ) -> None:
     """Front an MCP server (a COMMAND run over stdio, or --url over streamable HTTP) for clients on
@@ -173,7 +207,9 @@ def mcp_proxy(
     try:
         import mcp  # noqa: F401
     except ImportError as exc:
-        raise fail(f"the MCP proxy needs the 'service' extra: pip install \"toolcall-reflection[service]\" ({exc})") from None
+        raise fail(
+            f"the MCP proxy needs the 'service' extra: pip install \"toolcall-reflection[service]\" ({exc})"
+        ) from None
     import logging.config
 
     import anyio
@@ -187,14 +223,19 @@ def mcp_proxy(
         raise fail("give the MCP server as a command or as --url, not both")
     address = _listen_address(listen) if listen else None
     if address and not _is_loopback(address[0]) and not insecure_no_auth:
-        raise fail(f"the MCP proxy has no authentication, so --listen takes a loopback address; refusing {address[0]}. "
-                   "Put it behind an authenticating proxy and pass --insecure-no-auth.")
+        raise fail(
+            f"the MCP proxy has no authentication, so --listen takes a loopback address; refusing {address[0]}. "
+            "Put it behind an authenticating proxy and pass --insecure-no-auth."
+        )
     headers = dict(_header(h) for h in header or ())
     cfg = _load(config)
     logging.config.dictConfig(log_config(log_level))
     try:
-        code = anyio.run(lambda: run_proxy(command or [], cfg, url=url, headers=headers or None, listen=address,
-                                           request_timeout=request_timeout))
+        code = anyio.run(
+            lambda: run_proxy(
+                command or [], cfg, url=url, headers=headers or None, listen=address, request_timeout=request_timeout
+            )
+        )
     except OSError as exc:
         what = repr(command[0]) if command else repr(url)
         raise fail(f"cannot start the MCP server {what}: {exc}") from None

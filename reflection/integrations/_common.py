@@ -12,8 +12,18 @@ from reflection.apply import Applied, apply_decision, runs_as_proposed_tool
 from reflection.errors import ReflectionError
 from reflection.gate import Decision
 
-__all__ = ["NOTE_PREFIX", "Applied", "EscalationRequired", "applied", "approval_text", "blocked_text",
-           "correction_note", "runs_as_proposed_tool", "single", "text_of"]
+__all__ = [
+    "NOTE_PREFIX",
+    "Applied",
+    "EscalationRequired",
+    "applied",
+    "approval_text",
+    "blocked_text",
+    "correction_note",
+    "runs_as_proposed_tool",
+    "single",
+    "text_of",
+]
 
 _RESULT_LIMIT = 2000
 _NAME_LIMIT = 80
@@ -47,15 +57,19 @@ def blocked_text(decision: Decision) -> str:
         text = decision.result.feedback(_RESULT_LIMIT)
         if text:
             return text
-    return (f"The call to {quoted(decision.tool, _NAME_LIMIT, style='escaped', empty='')} was not run: "
-            f"{terminal_safe(decision.reason, collapse=True, limit=_REASON_LIMIT)}.")
+    return (
+        f"The call to {quoted(decision.tool, _NAME_LIMIT, style='escaped', empty='')} was not run: "
+        f"{terminal_safe(decision.reason, collapse=True, limit=_REASON_LIMIT)}."
+    )
 
 
 def approval_text(decision: Decision) -> str:
     """One line for the person asked to approve an escalated call: which call, and why the
     gate held it. Written for a person, not for the model (the feedback is the model's)."""
-    return (f"The call to {quoted(decision.tool, _NAME_LIMIT, style='escaped', empty='')} is waiting for a person's approval: "
-            f"{terminal_safe(decision.reason, collapse=True, limit=_REASON_LIMIT)}.")
+    return (
+        f"The call to {quoted(decision.tool, _NAME_LIMIT, style='escaped', empty='')} is waiting for a person's approval: "
+        f"{terminal_safe(decision.reason, collapse=True, limit=_REASON_LIMIT)}."
+    )
 
 
 def correction_note(decision: Decision) -> str | None:

@@ -64,7 +64,9 @@ class ReflectionMiddleware(AgentMiddleware):
         """Decide with `Gate.check_sync`, then run, rewrite or answer the call."""
         return _sync_wrapper(self.gate, self.specs)(request, handler)
 
-    async def awrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Any]]) -> Any:
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Any]]
+    ) -> Any:
         """Decide with `Gate.check`, then run, rewrite or answer the call."""
         return await _async_wrapper(self.gate, self.specs)(request, handler)
 
@@ -73,8 +75,9 @@ def reflection_tool_node(tools: Sequence[Any], gate: Gate, **kwargs: Any) -> Too
     """LangGraph's prebuilt `ToolNode` over `tools`, with every call decided by `gate` first.
     Other keyword arguments go to `ToolNode`."""
     specs = tool_specs(tools)
-    return ToolNode(tools, wrap_tool_call=_sync_wrapper(gate, specs), awrap_tool_call=_async_wrapper(gate, specs),
-                    **kwargs)
+    return ToolNode(
+        tools, wrap_tool_call=_sync_wrapper(gate, specs), awrap_tool_call=_async_wrapper(gate, specs), **kwargs
+    )
 
 
 def tool_specs(tools: Sequence[Any]) -> list[dict[str, Any]]:
@@ -122,8 +125,9 @@ def _outcome(decision: Decision, request: ToolCallRequest) -> ToolCallRequest | 
         return request.override(tool_call={**call, "args": outcome.call["args"]})
     if outcome.escalate:
         raise EscalationRequired(decision)
-    return ToolMessage(content=blocked_text(decision), tool_call_id=call.get("id") or "", name=call.get("name"),
-                       status="error")
+    return ToolMessage(
+        content=blocked_text(decision), tool_call_id=call.get("id") or "", name=call.get("name"), status="error"
+    )
 
 
 def _noted(result: Any, note: str | None, call_id: str | None) -> Any:
@@ -133,10 +137,17 @@ def _noted(result: Any, note: str | None, call_id: str | None) -> Any:
         return result
     if isinstance(result, ToolMessage):
         return result.model_copy(update={"content": _with_note(result.content, note)})
-    if isinstance(result, Command) and isinstance(result.update, dict) and isinstance(result.update.get("messages"), list):
-        messages = [m.model_copy(update={"content": _with_note(m.content, note)})
-                    if isinstance(m, ToolMessage) and m.tool_call_id == call_id else m
-                    for m in result.update["messages"]]
+    if (
+        isinstance(result, Command)
+        and isinstance(result.update, dict)
+        and isinstance(result.update.get("messages"), list)
+    ):
+        messages = [
+            m.model_copy(update={"content": _with_note(m.content, note)})
+            if isinstance(m, ToolMessage) and m.tool_call_id == call_id
+            else m
+            for m in result.update["messages"]
+        ]
         return dataclasses.replace(result, update={**result.update, "messages": messages})
     return result
 

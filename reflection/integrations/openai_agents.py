@@ -48,8 +48,11 @@ def reflection_guardrail(gate: Gate, *, name: str = "reflection_gate") -> ToolIn
 
     async def check(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         context = data.context
-        call = {"id": context.tool_call_id, "type": "function",
-                "function": {"name": context.tool_name, "arguments": context.tool_arguments}}
+        call = {
+            "id": context.tool_call_id,
+            "type": "function",
+            "function": {"name": context.tool_name, "arguments": context.tool_arguments},
+        }
         decision = single(await gate.check(call, _tool_specs(data.agent), _history(data.agent, context.turn_input)))
         # A tool input guardrail cannot change the arguments: a correction is refused with its words.
         outcome = applied(decision, context.tool_name, corrects=False)
@@ -75,9 +78,14 @@ def guard_tools(tools: Iterable[Any], gate: Gate, *, name: str = "reflection_gat
 
 
 def _tool_specs(agent: Agent[Any]) -> list[dict[str, Any]]:
-    return [{"type": "function", "function": {"name": tool.name, "description": tool.description,
-                                              "parameters": tool.params_json_schema}}
-            for tool in agent.tools if isinstance(tool, FunctionTool)]
+    return [
+        {
+            "type": "function",
+            "function": {"name": tool.name, "description": tool.description, "parameters": tool.params_json_schema},
+        }
+        for tool in agent.tools
+        if isinstance(tool, FunctionTool)
+    ]
 
 
 def _history(agent: Agent[Any], items: Sequence[Any]) -> list[dict[str, Any]]:
@@ -94,11 +102,26 @@ def _history(agent: Agent[Any], items: Sequence[Any]) -> list[dict[str, Any]]:
             role = "system" if item["role"] == "developer" else item["role"]
             messages.append({"role": role, "content": text_of(item.get("content"))})
         elif kind == "function_call":
-            messages.append({"role": "assistant", "content": "", "tool_calls": [{
-                "id": item.get("call_id"), "type": "function",
-                "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"}}]})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": item.get("call_id"),
+                            "type": "function",
+                            "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"},
+                        }
+                    ],
+                }
+            )
         elif kind == "function_call_output":
             output = item.get("output")
-            messages.append({"role": "tool", "tool_call_id": item.get("call_id"),
-                             "content": output if isinstance(output, str) else json.dumps(output, default=str)})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": item.get("call_id"),
+                    "content": output if isinstance(output, str) else json.dumps(output, default=str),
+                }
+            )
     return messages

@@ -81,13 +81,16 @@ class ReflectionCapability(AbstractCapability[Any]):
         """A fresh instance per run, so held decisions never cross runs."""
         return ReflectionCapability(self.gate)
 
-    async def wrap_tool_validate(self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition,
-                                 args: Any, handler: Any) -> dict[str, Any]:
+    async def wrap_tool_validate(
+        self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: Any, handler: Any
+    ) -> dict[str, Any]:
         """Decide on the raw arguments: validate them, validate the correction, or hold the call."""
         if ctx.tool_call_approved:  # a person approved this call after an escalation
             return await handler(args)
         raw = {"id": call.tool_call_id, "name": call.tool_name, "arguments": _raw_arguments(call)}
-        decision = single(await self.gate.check(raw, _tool_specs(ctx, tool_def), _history(ctx.messages, call.tool_call_id)))
+        decision = single(
+            await self.gate.check(raw, _tool_specs(ctx, tool_def), _history(ctx.messages, call.tool_call_id))
+        )
         outcome = applied(decision, call.tool_name)
         if outcome.runs == "proposed":
             return await handler(args)
@@ -100,8 +103,9 @@ class ReflectionCapability(AbstractCapability[Any]):
         # the model sent it; Pydantic AI validates it if the person approves it.
         raise SkipToolValidation(call.args_as_dict())
 
-    async def wrap_tool_execute(self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition,
-                                args: dict[str, Any], handler: Any) -> Any:
+    async def wrap_tool_execute(
+        self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any], handler: Any
+    ) -> Any:
         """Run the tool (noting an applied correction), or answer in its place for a held call."""
         decision = self._held.pop(call.tool_call_id, None)
         if decision is None:
@@ -137,8 +141,13 @@ def _with_metadata(result: Any, metadata: dict[str, Any]) -> ToolReturn[Any]:
 def _tool_specs(ctx: RunContext[Any], called: ToolDefinition) -> list[dict[str, Any]]:
     tools = ctx.tool_manager.tools if ctx.tool_manager is not None else None
     definitions = [tool.tool_def for tool in tools.values()] if tools else [called]
-    return [{"type": "function", "function": {"name": d.name, "description": d.description or "",
-                                              "parameters": d.parameters_json_schema}} for d in definitions]
+    return [
+        {
+            "type": "function",
+            "function": {"name": d.name, "description": d.description or "", "parameters": d.parameters_json_schema},
+        }
+        for d in definitions
+    ]
 
 
 def _history(messages: list[ModelMessage], call_id: str) -> list[dict[str, Any]]:
@@ -150,9 +159,15 @@ def _history(messages: list[ModelMessage], call_id: str) -> list[dict[str, Any]]
             if any(isinstance(p, ToolCallPart) and p.tool_call_id == call_id for p in message.parts):
                 break
             text = "\n".join(p.content for p in message.parts if isinstance(p, TextPart))
-            calls = [{"id": p.tool_call_id, "type": "function",
-                      "function": {"name": p.tool_name, "arguments": p.args_as_json_str()}}
-                     for p in message.parts if isinstance(p, ToolCallPart)]
+            calls = [
+                {
+                    "id": p.tool_call_id,
+                    "type": "function",
+                    "function": {"name": p.tool_name, "arguments": p.args_as_json_str()},
+                }
+                for p in message.parts
+                if isinstance(p, ToolCallPart)
+            ]
             out.append({"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})})
             continue
         if not isinstance(message, ModelRequest):

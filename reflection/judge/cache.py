@@ -111,8 +111,11 @@ class SQLiteJudgeCache:
         code = getattr(exc, "sqlite_errorcode", None)
         corrupt = isinstance(code, int) and (code & 0xFF) in _CORRUPT
         self.failure = f"{type(exc).__name__}: {exc}"
-        advice = ("the file is corrupt: delete it (or choose another cache path) to cache again" if corrupt
-                  else "the file is kept as it is")
+        advice = (
+            "the file is corrupt: delete it (or choose another cache path) to cache again"
+            if corrupt
+            else "the file is kept as it is"
+        )
         logger.warning("judge cache %s: %s; carrying on without the cache (%s)", self.path, self.failure, advice)
 
     async def __aenter__(self) -> SQLiteJudgeCache:
@@ -197,8 +200,10 @@ class SQLiteJudgeCache:
             now = time.time()
             await db.execute("BEGIN")
             try:
-                await db.executemany("INSERT OR REPLACE INTO judge_replies (key, value, created) VALUES (?, ?, ?)",
-                                     [(key, value, now) for key, value in batch.items()])
+                await db.executemany(
+                    "INSERT OR REPLACE INTO judge_replies (key, value, created) VALUES (?, ?, ?)",
+                    [(key, value, now) for key, value in batch.items()],
+                )
                 await db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:

@@ -88,7 +88,11 @@ class JudgeAnswer(Generic[T]):
 
 # One negotiated structured-output mode per endpoint (base_url, model), shared by all judges.
 _ENDPOINT_MODES: dict[tuple[str, str], StructuredMode] = {}
-_FALLBACK: dict[StructuredMode, StructuredMode | None] = {"json_schema": "json_object", "json_object": "prompt", "prompt": None}
+_FALLBACK: dict[StructuredMode, StructuredMode | None] = {
+    "json_schema": "json_object",
+    "json_object": "prompt",
+    "prompt": None,
+}
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -147,11 +151,25 @@ def _shown_url(url: httpx.URL) -> str:
 
 
 # A 400/422 naming one of these is about the structured-output request: downgrade at once.
-_ABOUT_FORMAT = ("response_format", "json_schema", "json_object", "structured output", "guided_json",
-                 "guided decoding", "response format")
+_ABOUT_FORMAT = (
+    "response_format",
+    "json_schema",
+    "json_object",
+    "structured output",
+    "guided_json",
+    "guided decoding",
+    "response format",
+)
 # One naming these is about the prompt's size: a lower structured-output mode cannot help.
-_ABOUT_CONTEXT = ("context_length", "context length", "context window", "maximum context", "too many tokens",
-                  "prompt is too long", "reduce the length")
+_ABOUT_CONTEXT = (
+    "context_length",
+    "context length",
+    "context window",
+    "maximum context",
+    "too many tokens",
+    "prompt is too long",
+    "reduce the length",
+)
 
 _TRUNCATED_BUDGET_FACTOR = 4
 """A reply cut off at `max_completion_tokens` is asked once more with this many times the budget."""
@@ -180,8 +198,10 @@ class Judge:
         cache: JudgeCache | None = None,
     ):
         if http_client is not None and not isinstance(http_client, httpx.AsyncClient):
-            raise TypeError(f"http_client must be an httpx.AsyncClient, got {type(http_client).__module__}."
-                            f"{type(http_client).__qualname__}")
+            raise TypeError(
+                f"http_client must be an httpx.AsyncClient, got {type(http_client).__module__}."
+                f"{type(http_client).__qualname__}"
+            )
         self.config = config
         self.cache = cache
         self._owns_client = http_client is None
@@ -189,8 +209,11 @@ class Judge:
         self._url = httpx.URL(config.base_url.rstrip("/") + "/chat/completions")  # parsed once, not per request
         key = config.resolved_api_key()
         # Replies that echo the key lose it before anything reads them (also in its JSON-escaped form).
-        self._secrets = tuple({s.encode() for s in (key, dumps(key)[1:-1])}) if len(key) >= 8 and (
-            config.api_key is not None or os.environ.get(config.api_key_env)) else ()
+        self._secrets = (
+            tuple({s.encode() for s in (key, dumps(key)[1:-1])})
+            if len(key) >= 8 and (config.api_key is not None or os.environ.get(config.api_key_env))
+            else ()
+        )
         self._warned: set[str] = set()
         # Loaded now, not at the first reply: importing the table takes ~0.2 s once per process,
         # which a gate's first decision under a deadline should not pay.
@@ -237,7 +260,9 @@ class Judge:
     def _key_source(self) -> str:
         """Where the API key sent came from, for a 401/403 message (never the key itself)."""
         if self.config.api_key is not None:
-            return "API key from judge.api_key"  # the config file, REFLECTION_JUDGE__API_KEY or JudgeConfig(api_key=...)
+            return (
+                "API key from judge.api_key"  # the config file, REFLECTION_JUDGE__API_KEY or JudgeConfig(api_key=...)
+            )
         if os.environ.get(self.config.api_key_env):
             return f"API key from the environment variable {self.config.api_key_env}"
         return f"no API key: the environment variable {self.config.api_key_env} is not set"
@@ -307,8 +332,9 @@ class Judge:
     def _usage(self, totals: dict[str, int]) -> JudgeUsage:
         if not totals["requests"]:
             return JudgeUsage(**totals)  # nothing sent, nothing spent: 0.0
-        return JudgeUsage(**totals, cost_usd=self._cost(totals["prompt_tokens"], totals["cached_tokens"],
-                                                         totals["completion_tokens"]))
+        return JudgeUsage(
+            **totals, cost_usd=self._cost(totals["prompt_tokens"], totals["cached_tokens"], totals["completion_tokens"])
+        )
 
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
@@ -323,8 +349,10 @@ class Judge:
         # The reply itself is never sent back: a re-ask says what was wrong in our own words,
         # so no text of the reply reaches the prompt outside the <data> block. One note at a
         # time: a second re-ask replaces the first.
-        note = {"role": "user", "content": f"{_REASK_NOTE}{error[:1500]}\n"
-                                           "Reply again with only one JSON object that matches the schema."}
+        note = {
+            "role": "user",
+            "content": f"{_REASK_NOTE}{error[:1500]}\nReply again with only one JSON object that matches the schema.",
+        }
         if conversation[-1]["content"].startswith(_REASK_NOTE):
             conversation[-1] = note
         else:
@@ -342,9 +370,14 @@ class Judge:
         if order.index(mode) <= order.index(current):
             return  # a concurrent request already went as low
         _ENDPOINT_MODES[(self.config.base_url, self.config.model)] = mode
-        logger.warning("judge %s (model %s): structured output %s was refused (%s); using %s from now on",
-                       _shown_url(self._url), plain_line(self.config.model, 100, only=CONTROL_CHARACTERS), current,
-                       exc, "prompt-only JSON" if mode == "prompt" else mode)
+        logger.warning(
+            "judge %s (model %s): structured output %s was refused (%s); using %s from now on",
+            _shown_url(self._url),
+            plain_line(self.config.model, 100, only=CONTROL_CHARACTERS),
+            current,
+            exc,
+            "prompt-only JSON" if mode == "prompt" else mode,
+        )
 
     async def _request(
         self, conversation: list[dict[str, str]], schema: dict[str, Any], schema_name: str, totals: dict[str, int]
@@ -375,7 +408,11 @@ class Judge:
                     raise
                 fallback = _FALLBACK[mode]
                 text = _error_text(exc)
-                if self.config.structured_output != "auto" or fallback is None or any(p in text for p in _ABOUT_CONTEXT):
+                if (
+                    self.config.structured_output != "auto"
+                    or fallback is None
+                    or any(p in text for p in _ABOUT_CONTEXT)
+                ):
                     raise
                 if any(p in text for p in _ABOUT_FORMAT):
                     self._downgrade(fallback, exc)  # the server named response_format: remember at once
@@ -392,9 +429,10 @@ class Judge:
                     budget *= _TRUNCATED_BUDGET_FACTOR  # the same request with room to finish
                     continue
                 raise _Unanswerable(
-                    f"the judge reply was truncated: it hit the completion budget twice (finish_reason \"length\" "
+                    f'the judge reply was truncated: it hit the completion budget twice (finish_reason "length" '
                     f"at max_completion_tokens {self.config.max_completion_tokens}, then at {budget}); "
-                    "raise judge.max_completion_tokens")
+                    "raise judge.max_completion_tokens"
+                )
             choices = completion.get("choices")
             if not choices or not isinstance(choices, list):
                 raise InvalidReply("the judge returned no choices")
@@ -432,8 +470,9 @@ class Judge:
         if self._first_request:
             self._first_request = False
             self._check_key()
-        request = self._http.build_request("POST", self._url, content=orjson.dumps(body), headers=self._headers,
-                                           timeout=self._timeout)
+        request = self._http.build_request(
+            "POST", self._url, content=orjson.dumps(body), headers=self._headers, timeout=self._timeout
+        )
         try:
             # One deadline for the whole exchange. asyncio's own timeout where it runs: anyio's
             # cancel scope costs about 15 us more per request (measured), a percent of a reflection.
@@ -447,8 +486,9 @@ class Judge:
             raise JudgeTimeout() from exc
         except httpx.RequestError as exc:
             if _refused(exc):
-                raise JudgeFatalError(_shown_url(self._url),
-                                      f"connection refused ({plain_line(str(exc), only=CONTROL_CHARACTERS)})") from exc
+                raise JudgeFatalError(
+                    _shown_url(self._url), f"connection refused ({plain_line(str(exc), only=CONTROL_CHARACTERS)})"
+                ) from exc
             raise JudgeConnectionError(f"Connection error: {exc}") from exc
         for secret in self._secrets:
             if secret in content:
@@ -461,8 +501,12 @@ class Judge:
             error = _status_error(response, data, content)
             if response.status_code in _FATAL_STATUSES:
                 key = f" ({self._key_source()})" if response.status_code in (401, 403) else ""
-                raise JudgeFatalError(_shown_url(self._url), f"HTTP {response.status_code}: {error.message}{key}",
-                                      status=response.status_code, server_message=error.message) from error
+                raise JudgeFatalError(
+                    _shown_url(self._url),
+                    f"HTTP {response.status_code}: {error.message}{key}",
+                    status=response.status_code,
+                    server_message=error.message,
+                ) from error
             raise error
         if not isinstance(data, dict):
             raise InvalidReply(f"the judge endpoint sent HTTP {response.status_code} without a JSON chat completion")
@@ -493,9 +537,12 @@ class Judge:
     def _check_key(self) -> None:
         """Warn (once, before the first request) when a remote endpoint gets no API key."""
         if self.config.api_key is None and not os.environ.get(self.config.api_key_env) and not _is_loopback(self._url):
-            self._warn_once("no-key", f"judge {_shown_url(self._url)}: no API key is set (judge.api_key is unset and "
-                                      f"${self.config.api_key_env} is empty) for a remote endpoint; "
-                                      "its requests will likely be refused with HTTP 401")
+            self._warn_once(
+                "no-key",
+                f"judge {_shown_url(self._url)}: no API key is set (judge.api_key is unset and "
+                f"${self.config.api_key_env} is empty) for a remote endpoint; "
+                "its requests will likely be refused with HTTP 401",
+            )
 
     def _add_usage(self, totals: dict[str, int], usage: Any) -> None:
         """Add a completion's token counts to `totals`. Missing or malformed counts add nothing;
@@ -503,20 +550,29 @@ class Judge:
         if not isinstance(usage, dict):
             return
         details = usage.get("prompt_tokens_details")
-        counts: dict[str, Any] = {"prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"),
-                  "cached_tokens": details.get("cached_tokens") if isinstance(details, dict) else None}
+        counts: dict[str, Any] = {
+            "prompt_tokens": usage.get("prompt_tokens"),
+            "completion_tokens": usage.get("completion_tokens"),
+            "cached_tokens": details.get("cached_tokens") if isinstance(details, dict) else None,
+        }
         for key, value in counts.items():
             if isinstance(value, float) and value.is_integer():
                 value = counts[key] = int(value)  # a huge integer arrives as a float
             if not isinstance(value, int) or isinstance(value, bool):
                 counts[key] = 0
             elif not 0 <= value <= _MAX_TOKENS:
-                self._warn_once(f"usage-{key}", f"judge {_shown_url(self._url)} reported {plain_line(str(value), 40, only=CONTROL_CHARACTERS)} "
-                                                f"{key}, outside 0-{_MAX_TOKENS:,}; counting 0 (further such counts too)")
+                self._warn_once(
+                    f"usage-{key}",
+                    f"judge {_shown_url(self._url)} reported {plain_line(str(value), 40, only=CONTROL_CHARACTERS)} "
+                    f"{key}, outside 0-{_MAX_TOKENS:,}; counting 0 (further such counts too)",
+                )
                 counts[key] = 0
         if counts["cached_tokens"] > counts["prompt_tokens"]:
-            self._warn_once("usage-cached", f"judge {_shown_url(self._url)} reported more cached_tokens than "
-                                            "prompt_tokens; counting the cached tokens as the prompt tokens")
+            self._warn_once(
+                "usage-cached",
+                f"judge {_shown_url(self._url)} reported more cached_tokens than "
+                "prompt_tokens; counting the cached tokens as the prompt tokens",
+            )
             counts["cached_tokens"] = counts["prompt_tokens"]
         for key, value in counts.items():
             totals[key] += value
@@ -571,9 +627,17 @@ def build_judge(
     return Judge(config, http_client=http_client, cache=cache)
 
 
-def request_key(config: JudgeConfig, template_version: str, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
+def request_key(
+    config: JudgeConfig, template_version: str, messages: list[dict[str, str]], schema: dict[str, Any]
+) -> str:
     """Cache key: a hash of model, prompt-template version, messages and schema."""
-    payload = dumps({"model": config.model, "base_url": config.base_url, "template": template_version,
-                     "messages": messages, "schema": schema})
+    payload = dumps(
+        {
+            "model": config.model,
+            "base_url": config.base_url,
+            "template": template_version,
+            "messages": messages,
+            "schema": schema,
+        }
+    )
     return hashlib.sha256(payload.encode()).hexdigest()
-

@@ -43,9 +43,15 @@ def reply_text(message: Any) -> str:
         raise UnreadableReply("the judge refused to answer")
     content = message.get("content")
     if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
-        content = "".join(part.get("text") or "" for part in content
-                          if isinstance(part, dict) and isinstance(part.get("text"), str))
-    if isinstance(content, str) and content and not content.isspace() and ("{" in content or "tool_calls" not in message):
+        content = "".join(
+            part.get("text") or "" for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    if (
+        isinstance(content, str)
+        and content
+        and not content.isspace()
+        and ("{" in content or "tool_calls" not in message)
+    ):
         return content
     arguments = _tool_arguments(message)  # the answer as a tool call, beside no content or a remark
     if arguments is not None:
@@ -92,7 +98,7 @@ def _read_wrapped(text: str, encodings: int) -> Any:
     text = _THINK.sub("", text)
     ends = list(_THINK_END.finditer(text))  # the last closing tag, whose opening the server cut off
     if ends:
-        text = text[ends[-1].end():]
+        text = text[ends[-1].end() :]
     fenced = [block for block in _FENCE.findall(text) if block.strip()]
     found: list[Any] = []
     for part in fenced or [text]:
@@ -157,7 +163,7 @@ def _outermost_objects(text: str) -> list[str]:
         elif char == "}" and depth:
             depth -= 1
             if depth == 0:
-                regions.append(text[start: position + 1])
+                regions.append(text[start : position + 1])
                 if len(regions) >= _MAX_OBJECTS:
                     break
     if depth:

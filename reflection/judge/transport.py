@@ -64,8 +64,12 @@ class ShardedTransport(httpx.AsyncBaseTransport):
             done()
             raise
         assert isinstance(response.stream, httpx.AsyncByteStream)
-        return httpx.Response(status_code=response.status_code, headers=response.headers,
-                              stream=_CountedStream(response.stream, done), extensions=response.extensions)
+        return httpx.Response(
+            status_code=response.status_code,
+            headers=response.headers,
+            stream=_CountedStream(response.stream, done),
+            extensions=response.extensions,
+        )
 
     async def aclose(self) -> None:
         for pool in self._pools:

@@ -93,7 +93,9 @@ def argument_differences(expected: dict[str, Any], actual: dict[str, Any], path:
             if isinstance(want, dict) and isinstance(actual[key], dict):
                 out.extend(argument_differences(want, actual[key], where))
             else:
-                out.append(f"{where}: expected {shorten(dumps(want), _SHOWN)}, got {shorten(dumps(actual[key]), _SHOWN)}")
+                out.append(
+                    f"{where}: expected {shorten(dumps(want), _SHOWN)}, got {shorten(dumps(actual[key]), _SHOWN)}"
+                )
     for key, got in actual.items():
         if key not in expected:
             out.append(f"{path}.{key} not expected (got {shorten(dumps(got), _SHOWN)})")

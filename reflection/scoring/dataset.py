@@ -165,8 +165,13 @@ class ToolCallingEvaluator:
     the predicted one (schema defaults applied on both sides, numbers by value).
     """
 
-    def __init__(self, tools: Any = None, *, weights: ScoreWeights | Mapping[str, float] | None = None,
-                 compare_values: bool = False):
+    def __init__(
+        self,
+        tools: Any = None,
+        *,
+        weights: ScoreWeights | Mapping[str, float] | None = None,
+        compare_values: bool = False,
+    ):
         self.inventory = normalize_tools(tools) if tools is not None else None
         self.weights = weights if isinstance(weights, ScoreWeights) else ScoreWeights.model_validate(weights or {})
         self.compare_values = compare_values
@@ -182,17 +187,25 @@ class ToolCallingEvaluator:
         inventory = normalize_tools(sample.tools) if sample.tools is not None else self.inventory
         expected = _expected_call(sample.expected)
         predicted = predicted_calls(sample.predicted)
-        base: dict[str, Any] = {"sample_id": sample.sample_id, "query": sample.query,
-                "expected_tool": expected.name if expected else None,
-                "response_quality": self._response_quality(sample)}
+        base: dict[str, Any] = {
+            "sample_id": sample.sample_id,
+            "query": sample.query,
+            "expected_tool": expected.name if expected else None,
+            "response_quality": self._response_quality(sample),
+        }
         if expected is None:
             if not predicted:
-                return SampleRecord(**base, tool_selection_accuracy=True, parameter_accuracy=True,
-                                    execution_success=True)
+                return SampleRecord(
+                    **base, tool_selection_accuracy=True, parameter_accuracy=True, execution_success=True
+                )
             first = predicted[0]
-            return SampleRecord(**base, predicted_tool=first.name or None,
-                                error=f"called {first.name!r} when no call was expected" if first.name
-                                else f"made a call when none was expected ({first.error})")
+            return SampleRecord(
+                **base,
+                predicted_tool=first.name or None,
+                error=f"called {first.name!r} when no call was expected"
+                if first.name
+                else f"made a call when none was expected ({first.error})",
+            )
         if not predicted:
             return SampleRecord(**base, no_call=True, error=f"no tool call was made; expected {expected.name!r}")
         known = inventory is not None and bool(inventory.tools)
@@ -200,27 +213,35 @@ class ToolCallingEvaluator:
         # calls never changes a score; without one, a call to an unknown tool is reported first.
         candidates = [c for c in predicted if c.name == expected.name]
         if not candidates:
-            unknown = [c for c in predicted
-                       if known and c.name and inventory.get(c.name) is None]  # type: ignore[union-attr]
+            unknown = [c for c in predicted if known and c.name and inventory.get(c.name) is None]  # type: ignore[union-attr]
             candidates = unknown[:1] or predicted[:1]
         records = [self._record(base, call, expected, inventory, known) for call in candidates]
         return max(records, key=lambda r: (r.parameter_accuracy, r.execution_success, r.error is None))
 
-    def _record(self, base: dict[str, Any], call: ToolCall, expected: ToolCall, inventory: ToolInventory | None,
-                known: bool) -> SampleRecord:
+    def _record(
+        self, base: dict[str, Any], call: ToolCall, expected: ToolCall, inventory: ToolInventory | None, known: bool
+    ) -> SampleRecord:
         base = {**base, "predicted_tool": call.name or None}
         # A call to the expected tool is never "unknown": then the inventory is what is incomplete.
         if known and call.name and call.name != expected.name and inventory.get(call.name) is None:  # type: ignore[union-attr]
             return SampleRecord(**base, unknown_tool=True, error=f"called {call.name!r}, which is not in the inventory")
         if call.error is not None or call.arguments is None:
-            return SampleRecord(**base, tool_selection_accuracy=bool(call.name) and call.name == expected.name,
-                                error=call.error or "the call's arguments could not be read")
+            return SampleRecord(
+                **base,
+                tool_selection_accuracy=bool(call.name) and call.name == expected.name,
+                error=call.error or "the call's arguments could not be read",
+            )
         spec = inventory.get(expected.name) if inventory is not None else None
         selected = call.name == expected.name
         params_ok = _parameters_match(call, expected, spec, self.compare_values)
         valid, problem = _schema_valid(call, spec)
-        return SampleRecord(**base, tool_selection_accuracy=selected, parameter_accuracy=params_ok,
-                            execution_success=selected and (params_ok if valid is None else valid), error=problem)
+        return SampleRecord(
+            **base,
+            tool_selection_accuracy=selected,
+            parameter_accuracy=params_ok,
+            execution_success=selected and (params_ok if valid is None else valid),
+            error=problem,
+        )
 
     def evaluate(self, samples: Iterable[ScoringSample | Mapping[str, Any]]) -> DatasetReport:
         """Score every sample; an unusable sample becomes an unscored record, never a crash."""
@@ -230,8 +251,9 @@ class ToolCallingEvaluator:
                 records.append(self.score_sample(sample))
             except ValueError as exc:  # pydantic.ValidationError is a ValueError
                 sample_id = _sample_id(sample, index)
-                records.append(SampleRecord(sample_id=sample_id, error=f"unusable sample: {_first_line(exc)}",
-                                            scored=False))
+                records.append(
+                    SampleRecord(sample_id=sample_id, error=f"unusable sample: {_first_line(exc)}", scored=False)
+                )
         return self.report(records)
 
     def report(self, records: Iterable[SampleRecord]) -> DatasetReport:
@@ -254,10 +276,16 @@ class ToolCallingEvaluator:
                 + [self.weights.response_quality * quality_all]
             )
         return DatasetReport(
-            samples=len(records), scored=len(scored), **means, response_quality=response_quality,
-            overall_score=overall, interpretation=interpret_score(overall) if overall is not None else None,
-            weights=self.weights, no_call=sum(r.no_call for r in records),
-            unknown_tool=sum(r.unknown_tool for r in records), errors=sum(r.error is not None for r in records),
+            samples=len(records),
+            scored=len(scored),
+            **means,
+            response_quality=response_quality,
+            overall_score=overall,
+            interpretation=interpret_score(overall) if overall is not None else None,
+            weights=self.weights,
+            no_call=sum(r.no_call for r in records),
+            unknown_tool=sum(r.unknown_tool for r in records),
+            errors=sum(r.error is not None for r in records),
             records=records,
         )
 
@@ -274,9 +302,13 @@ class ToolCallingEvaluator:
             return None
 
 
-def evaluate_tool_calls(samples: Iterable[ScoringSample | Mapping[str, Any]], tools: Any = None, *,
-                        weights: ScoreWeights | Mapping[str, float] | None = None,
-                        compare_values: bool = False) -> DatasetReport:
+def evaluate_tool_calls(
+    samples: Iterable[ScoringSample | Mapping[str, Any]],
+    tools: Any = None,
+    *,
+    weights: ScoreWeights | Mapping[str, float] | None = None,
+    compare_values: bool = False,
+) -> DatasetReport:
     """Score a dataset in one call: `ToolCallingEvaluator(tools, ...).evaluate(samples)`."""
     return ToolCallingEvaluator(tools, weights=weights, compare_values=compare_values).evaluate(samples)
 
@@ -289,8 +321,9 @@ def _expected_call(raw: Any) -> ToolCall | None:
         return None
     calls = read_calls(raw)
     if len(calls) != 1:
-        raise ValueError(f"expected one reference call, got {len(calls)}; score multi-call samples with "
-                         "trajectory_correctness")
+        raise ValueError(
+            f"expected one reference call, got {len(calls)}; score multi-call samples with trajectory_correctness"
+        )
     if calls[0].error is not None or calls[0].arguments is None:
         raise ValueError(f"the reference call is not readable: {calls[0].error}")
     return calls[0]
@@ -308,7 +341,9 @@ def _parameters_match(call: ToolCall, expected: ToolCall, spec: ToolSpec | None,
         # No schema for the expected tool: its reference arguments are the required ones,
         # with the JSON types of the reference values (any number fits a number).
         required = list(expected_args)
-        types = {k: "number" if json_type(v) in ("integer", "number") else json_type(v) for k, v in expected_args.items()}
+        types = {
+            k: "number" if json_type(v) in ("integer", "number") else json_type(v) for k, v in expected_args.items()
+        }
     if any(name not in args for name in required):
         return False
     if any(not matches_type(value, types.get(name)) for name, value in args.items() if name in types):

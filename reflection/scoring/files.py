@@ -81,7 +81,6 @@ JUDGED_KEYS: tuple[str, ...] = (
 is: `trajectory_correctness` is then the minimum of the two."""
 
 
-
 def metric_thresholds(overrides: Mapping[str, float] | None = None) -> dict[str, float]:
     """Every metric key's threshold for the score report: a row below it fails the metric.
     1.0 (exact) by default, `DEFAULT_SCORE_THRESHOLDS` for the text metrics, then `overrides`
@@ -89,13 +88,21 @@ def metric_thresholds(overrides: Mapping[str, float] | None = None) -> dict[str,
     overrides = dict(overrides or {})
     unknown = sorted(str(key) for key in overrides if key not in SCORE_KEYS + JUDGED_KEYS)
     if unknown:
-        raise ValueError(f"score_thresholds for unknown metrics {unknown}; choose from {list(SCORE_KEYS + JUDGED_KEYS)}")
-    bad = {key: value for key, value in overrides.items()
-           if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1}
+        raise ValueError(
+            f"score_thresholds for unknown metrics {unknown}; choose from {list(SCORE_KEYS + JUDGED_KEYS)}"
+        )
+    bad = {
+        key: value
+        for key, value in overrides.items()
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1
+    }
     if bad:
         raise ValueError(f"score_thresholds must be numbers between 0 and 1, got {bad}")
-    return {**dict.fromkeys(SCORE_KEYS + JUDGED_KEYS, 1.0), **DEFAULT_SCORE_THRESHOLDS,
-            **{key: float(value) for key, value in overrides.items()}}
+    return {
+        **dict.fromkeys(SCORE_KEYS + JUDGED_KEYS, 1.0),
+        **DEFAULT_SCORE_THRESHOLDS,
+        **{key: float(value) for key, value in overrides.items()},
+    }
 
 
 _ARGUMENTS: tuple[Literal["input_parameters"]] = ("input_parameters",)
@@ -116,8 +123,14 @@ def _blank_row(rid: str | None, error: str | None, expected_tool: str | None = N
     return row
 
 
-def score_row(prediction: Mapping[str, Any], reference: Mapping[str, Any], rid: str,
-              evaluator: ToolCallingEvaluator | None = None, *, wordnet: str | Path | None = None) -> dict[str, Any]:
+def score_row(
+    prediction: Mapping[str, Any],
+    reference: Mapping[str, Any],
+    rid: str,
+    evaluator: ToolCallingEvaluator | None = None,
+    *,
+    wordnet: str | Path | None = None,
+) -> dict[str, Any]:
     """The output row for one joined pair, without the judged metrics (null). Raises
     `RowProblem` when the pair is unusable. `wordnet` is as in `score_files`."""
     from reflection.scoring.response import find_wordnet
@@ -143,8 +156,13 @@ class _JudgeInputs:
         return self.response is not None or self.tools is not None
 
 
-def _score_pair(prediction: Mapping[str, Any], reference: Mapping[str, Any], rid: str,
-                evaluator: ToolCallingEvaluator, wordnet: Path | None) -> tuple[dict[str, Any], _JudgeInputs]:
+def _score_pair(
+    prediction: Mapping[str, Any],
+    reference: Mapping[str, Any],
+    rid: str,
+    evaluator: ToolCallingEvaluator,
+    wordnet: Path | None,
+) -> tuple[dict[str, Any], _JudgeInputs]:
     expected_raw = _field(reference, _REFERENCE_KEYS, "reference", rid)
     try:
         expected = read_trajectory(expected_raw)
@@ -158,13 +176,19 @@ def _score_pair(prediction: Mapping[str, Any], reference: Mapping[str, Any], rid
     # With one expected call or none, the dataset evaluator's error says the same in its words.
     row = _blank_row(rid, unreadable, expected_tool=expected[0].name if len(expected) == 1 else None)
     row["trajectory_correctness"] = trajectory_correctness(
-        steps, expected, evaluation_params=_ARGUMENTS, include_reason=False, tools=tools).score
+        steps, expected, evaluation_params=_ARGUMENTS, include_reason=False, tools=tools
+    ).score
     if len(expected) <= 1:
         # The prediction goes to the same public functions a Python user calls, as it is, so a
         # row scores exactly what the API gives (several calls included).
         expected_call = ToolCall(name=expected[0].name, arguments=expected[0].args) if expected else None
-        sample = ScoringSample(sample_id=rid, query=_query_text(reference.get("query")), expected=expected_call,
-                               predicted=predicted, tools=tools)
+        sample = ScoringSample(
+            sample_id=rid,
+            query=_query_text(reference.get("query")),
+            expected=expected_call,
+            predicted=predicted,
+            tools=tools,
+        )
         try:
             record = evaluator.score_sample(sample)
         except ValueError as exc:
@@ -185,8 +209,14 @@ def _score_pair(prediction: Mapping[str, Any], reference: Mapping[str, Any], rid
         row["response_exact_match"] = exact_match(response, expected_response)
         row["response_rouge_l"] = _rouge(response, expected_response)
         row["response_meteor"] = _meteor(response, expected_response, wordnet)
-    inputs = _JudgeInputs(steps=steps, expected=expected, response=answer, expected_response=reference_answer,
-                          query=reference.get("query") or "", tools=reference.get("tools"))
+    inputs = _JudgeInputs(
+        steps=steps,
+        expected=expected,
+        response=answer,
+        expected_response=reference_answer,
+        query=reference.get("query") or "",
+        tools=reference.get("tools"),
+    )
     return row, inputs
 
 
@@ -194,7 +224,9 @@ def _field(row: Mapping[str, Any], keys: tuple[str, ...], kind: str, rid: str) -
     for key in keys:
         if key in row:
             return row[key]
-    raise RowProblem(f"{kind} {rid}: no expected calls; add them under {keys[0]!r} (null or [] when no call is expected)")
+    raise RowProblem(
+        f"{kind} {rid}: no expected calls; add them under {keys[0]!r} (null or [] when no call is expected)"
+    )
 
 
 def _prediction(row: Mapping[str, Any]) -> tuple[Any, list[TrajectoryCall], str | None, Any]:
@@ -256,9 +288,13 @@ def _read_lines(path: Path, kind: str) -> Iterator[tuple[int, Any, str | None]]:
                 yield number, None, f"{kind} line {number} is not valid JSON: {exc}"
 
 
-def score_files(predictions: str | Path, references: str | Path, *,
-                weights: ScoreWeights | Mapping[str, float] | None = None,
-                wordnet: str | Path | None = None) -> Iterator[dict[str, Any]]:
+def score_files(
+    predictions: str | Path,
+    references: str | Path,
+    *,
+    weights: ScoreWeights | Mapping[str, float] | None = None,
+    wordnet: str | Path | None = None,
+) -> Iterator[dict[str, Any]]:
     """Output rows for every prediction, joined with its reference by id, then an error row
     for every reference nobody predicted. Unreadable, unjoinable and unusable rows become
     error rows; only an unreadable file raises (OSError). The judged metrics (`JUDGED_KEYS`)
@@ -268,10 +304,16 @@ def score_files(predictions: str | Path, references: str | Path, *,
         yield row
 
 
-async def ascore_files(predictions: str | Path, references: str | Path, *, judge: Judge | None = None,
-                       weights: ScoreWeights | Mapping[str, float] | None = None,
-                       concurrency: int | None = None, prompts_dir: Path | None = None,
-                       wordnet: str | Path | None = None) -> AsyncIterator[dict[str, Any]]:
+async def ascore_files(
+    predictions: str | Path,
+    references: str | Path,
+    *,
+    judge: Judge | None = None,
+    weights: ScoreWeights | Mapping[str, float] | None = None,
+    concurrency: int | None = None,
+    prompts_dir: Path | None = None,
+    wordnet: str | Path | None = None,
+) -> AsyncIterator[dict[str, Any]]:
     """`score_files`, plus the judged metrics when `judge` is given, in the same order.
 
     Each joined row gets `response_correctness` when both answers exist, and, when its
@@ -324,8 +366,9 @@ async def _result(item: dict[str, Any] | asyncio.Task[dict[str, Any]]) -> dict[s
     return await item if isinstance(item, asyncio.Task) else item
 
 
-async def _add_judged(judge: Judge, row: dict[str, Any], inputs: _JudgeInputs,
-                      prompts_dir: Path | None) -> dict[str, Any]:
+async def _add_judged(
+    judge: Judge, row: dict[str, Any], inputs: _JudgeInputs, prompts_dir: Path | None
+) -> dict[str, Any]:
     """`row` with its judged metrics, asked at once; a failed one stays null and is explained."""
     asks = []
     if inputs.response is not None and inputs.expected_response is not None:
@@ -344,8 +387,10 @@ async def _add_judged(judge: Judge, row: dict[str, Any], inputs: _JudgeInputs,
     return row
 
 
-async def _ask(metric: str, asking: Awaitable[tuple[dict[str, Any], JudgeUsage]],
-               ) -> tuple[dict[str, Any], str | None, JudgeUsage]:
+async def _ask(
+    metric: str,
+    asking: Awaitable[tuple[dict[str, Any], JudgeUsage]],
+) -> tuple[dict[str, Any], str | None, JudgeUsage]:
     """(row values, why the metric is missing, judge usage) for one judged metric."""
     try:
         values, usage = await asking
@@ -356,29 +401,50 @@ async def _ask(metric: str, asking: Awaitable[tuple[dict[str, Any], JudgeUsage]]
     return values, None, usage
 
 
-async def _response_correctness(judge: Judge, inputs: _JudgeInputs,
-                                prompts_dir: Path | None) -> tuple[dict[str, Any], JudgeUsage]:
+async def _response_correctness(
+    judge: Judge, inputs: _JudgeInputs, prompts_dir: Path | None
+) -> tuple[dict[str, Any], JudgeUsage]:
     assert inputs.response is not None and inputs.expected_response is not None
-    judged = await response_correctness(judge, prediction=inputs.response, reference=inputs.expected_response,
-                                        query=inputs.query, prompts_dir=prompts_dir)
+    judged = await response_correctness(
+        judge,
+        prediction=inputs.response,
+        reference=inputs.expected_response,
+        query=inputs.query,
+        prompts_dir=prompts_dir,
+    )
     return {"response_correctness": judged.score}, judged.usage
 
 
-async def _trajectory(judge: Judge, inputs: _JudgeInputs,
-                      prompts_dir: Path | None) -> tuple[dict[str, Any], JudgeUsage]:
+async def _trajectory(
+    judge: Judge, inputs: _JudgeInputs, prompts_dir: Path | None
+) -> tuple[dict[str, Any], JudgeUsage]:
     # The same reference match as the deterministic row (same mode, parameters and defaults),
     # so trajectory_match equals the value trajectory_correctness has without a judge.
     result = await atrajectory_correctness(
-        inputs.steps, inputs.expected, judge=judge, available_tools=inputs.tools, query=inputs.query,
-        prompts_dir=prompts_dir, evaluation_params=_ARGUMENTS, include_reason=False, tools=inputs.tools)
-    values = {"trajectory_correctness": result.score, "trajectory_match": result.match_score,
-              "tool_selection_judged": result.selection_score}
+        inputs.steps,
+        inputs.expected,
+        judge=judge,
+        available_tools=inputs.tools,
+        query=inputs.query,
+        prompts_dir=prompts_dir,
+        evaluation_params=_ARGUMENTS,
+        include_reason=False,
+        tools=inputs.tools,
+    )
+    values = {
+        "trajectory_correctness": result.score,
+        "trajectory_match": result.match_score,
+        "tool_selection_judged": result.selection_score,
+    }
     return values, result.usage or JudgeUsage()
 
 
-def _joined(predictions: str | Path, references: str | Path,
-            evaluator: ToolCallingEvaluator, wordnet: str | Path | None,
-            ) -> Generator[tuple[dict[str, Any], _JudgeInputs | None], None, None]:
+def _joined(
+    predictions: str | Path,
+    references: str | Path,
+    evaluator: ToolCallingEvaluator,
+    wordnet: str | Path | None,
+) -> Generator[tuple[dict[str, Any], _JudgeInputs | None], None, None]:
     """Every output row in order, with what the judge needs for it (None for error rows).
     The references are held in memory; the predictions are read one line at a time."""
     from reflection.scoring.response import find_wordnet
@@ -391,7 +457,7 @@ def _joined(predictions: str | Path, references: str | Path,
         if problem is not None or not isinstance(raw, Mapping):
             problems.append(error_row(rid, problem or f"references line {number} is not a JSON object"))
         elif raw.get("id") is None or isinstance(raw.get("id"), (dict, list)):
-            problems.append(error_row(rid, f"references line {number} has no usable \"id\" (a string or a number)"))
+            problems.append(error_row(rid, f'references line {number} has no usable "id" (a string or a number)'))
         elif rid in table:
             problems.append(error_row(rid, f"references line {number} repeats id {rid!r}; the first one is used"))
         else:
@@ -404,7 +470,7 @@ def _joined(predictions: str | Path, references: str | Path,
         if problem is not None or not isinstance(raw, Mapping):
             yield error_row(rid, problem or f"predictions line {number} is not a JSON object"), None
         elif raw.get("id") is None or isinstance(raw.get("id"), (dict, list)):
-            yield error_row(rid, f"predictions line {number} has no usable \"id\" (a string or a number)"), None
+            yield error_row(rid, f'predictions line {number} has no usable "id" (a string or a number)'), None
         elif rid in seen:
             yield error_row(rid, f"predictions line {number} repeats id {rid!r}; only the first one is scored"), None
         elif rid not in table:
@@ -427,8 +493,13 @@ class ScoreSummary:
     `wordnet` is the run's (see `score_files`), to say whether METEOR used synonyms. Raises
     ValueError when `wordnet` (or `REFLECTION_WORDNET`) is not a WordNet database."""
 
-    def __init__(self, weights: ScoreWeights | Mapping[str, float] | None = None, *, judge: bool = False,
-                 wordnet: str | Path | None = None):
+    def __init__(
+        self,
+        weights: ScoreWeights | Mapping[str, float] | None = None,
+        *,
+        judge: bool = False,
+        wordnet: str | Path | None = None,
+    ):
         from reflection.scoring.response import find_wordnet
 
         self.weights = weights if isinstance(weights, ScoreWeights) else ScoreWeights.model_validate(weights or {})
@@ -470,8 +541,10 @@ class ScoreSummary:
         parts = ("tool_selection_accuracy", "parameter_accuracy", "execution_success")
         if all(metrics[key]["n"] for key in parts):
             quality = metrics["response_rouge_l"]["mean"] or 0.0
-            overall = math.fsum([getattr(self.weights, key) * metrics[key]["mean"] for key in parts]
-                                + [self.weights.response_quality * quality])
+            overall = math.fsum(
+                [getattr(self.weights, key) * metrics[key]["mean"] for key in parts]
+                + [self.weights.response_quality * quality]
+            )
         usage = self.usage.model_dump(exclude={"prompt_chars"})
         return {
             "rows": self.rows,

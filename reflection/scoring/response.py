@@ -27,9 +27,7 @@ __all__ = ["exact_match", "find_wordnet", "meteor", "normalize_text", "response_
 _SPACE = re.compile(r"\s+")
 # Letters and digits of any script; ideographs and kana are one token each, because those
 # scripts do not separate words with spaces.
-_TOKEN = re.compile(
-    r"[\u2e80-\u2fdf\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f]|[^\W_]+"
-)
+_TOKEN = re.compile(r"[\u2e80-\u2fdf\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f]|[^\W_]+")
 _ASCII_WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -88,9 +86,7 @@ def rouge_l_scorer(use_stemmer: bool) -> tuple[Any, Any]:
             tokens = _TOKEN.findall(unicodedata.normalize("NFKC", text).lower())
             if self._stemmer is None:
                 return tokens
-            return [
-                self._stemmer.stem(t) if len(t) > 3 and _ASCII_WORD.fullmatch(t) else t for t in tokens
-            ]
+            return [self._stemmer.stem(t) if len(t) > 3 and _ASCII_WORD.fullmatch(t) else t for t in tokens]
 
     tokenizer = UnicodeTokenizer()
     return rouge_scorer.RougeScorer(["rougeL"], tokenizer=tokenizer), tokenizer
@@ -120,13 +116,17 @@ def find_wordnet(path: str | Path | None = None) -> Path | None:
     there is none: METEOR then matches exact words and stems only. Raises ValueError when
     `path` or `REFLECTION_WORDNET` names something that is not a WordNet database directory.
     """
-    for given, source in ((path, "the wordnet path"), (os.environ.get("REFLECTION_WORDNET") or None,
-                                                        "REFLECTION_WORDNET")):
+    for given, source in (
+        (path, "the wordnet path"),
+        (os.environ.get("REFLECTION_WORDNET") or None, "REFLECTION_WORDNET"),
+    ):
         if given is not None:
             folder = Path(given).expanduser()
             if not _is_wordnet(folder):
-                raise ValueError(f"{source} {str(folder)!r} is not a WordNet database directory "
-                                 "(it needs index.noun and data.noun, as in /usr/share/wordnet)")
+                raise ValueError(
+                    f"{source} {str(folder)!r} is not a WordNet database directory "
+                    "(it needs index.noun and data.noun, as in /usr/share/wordnet)"
+                )
             return folder.resolve()
     try:
         import nltk
@@ -200,8 +200,9 @@ def _wordnet_reader(folder: str) -> Any:
 
         def open(self, file: str) -> Any:
             if file == "lexnames" and not (Path(folder) / "lexnames").is_file():
-                return io.StringIO("".join(f"{i:02d}\t{name}\t{_POS_NUMBER[name.split('.')[0]]}\n"
-                                           for i, name in enumerate(_LEXNAMES)))
+                return io.StringIO(
+                    "".join(f"{i:02d}\t{name}\t{_POS_NUMBER[name.split('.')[0]]}\n" for i, name in enumerate(_LEXNAMES))
+                )
             return super().open(file)
 
         def map_wn(self, version: str = "wordnet") -> None:
@@ -232,8 +233,10 @@ async def response_correctness(
     `query` is the user's request, a string or a conversation. Raises
     `reflection.judge.JudgeError` when the judge cannot answer.
     """
-    request: Any = query if isinstance(query, str) else [
-        {"role": m.role, "content": m.content} for m in normalize_history(query).messages
-    ]
+    request: Any = (
+        query
+        if isinstance(query, str)
+        else [{"role": m.role, "content": m.content} for m in normalize_history(query).messages]
+    )
     data = {"user_request": request, "agent_answer": prediction, "reference_answer": reference}
     return await ask_score(judge, "scoring/response_correctness", data, prompts_dir=prompts_dir)

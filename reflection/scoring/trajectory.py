@@ -200,8 +200,16 @@ def trajectory_correctness(
     in exact mode; the reason always names them. With `tools` (any format `normalize_tools`
     reads), an argument that is not set counts as its schema default, on both sides.
     """
-    scored = _score(tools_called, expected_tools, evaluation_params, should_consider_ordering,
-                    should_exact_match, threshold, normalize_names, tools)
+    scored = _score(
+        tools_called,
+        expected_tools,
+        evaluation_params,
+        should_consider_ordering,
+        should_exact_match,
+        threshold,
+        normalize_names,
+        tools,
+    )
     return _finish(scored, strict_mode=strict_mode, include_reason=include_reason)
 
 
@@ -228,8 +236,17 @@ async def atrajectory_correctness(
     [0, 1] as (score - 1) / 4. The final score is the minimum of the two (then `strict_mode`
     applies). Raises `reflection.judge.JudgeError` when the judge cannot answer.
     """
-    scored = _score(tools_called, expected_tools, evaluation_params, should_consider_ordering,
-                    should_exact_match, threshold, normalize_names, tools, available_tools)
+    scored = _score(
+        tools_called,
+        expected_tools,
+        evaluation_params,
+        should_consider_ordering,
+        should_exact_match,
+        threshold,
+        normalize_names,
+        tools,
+        available_tools,
+    )
     if available_tools is None:
         return _finish(scored, strict_mode=strict_mode, include_reason=include_reason)
     if judge is None:
@@ -253,9 +270,11 @@ async def tool_selection_score(
     The reference answer is not shown to the judge: this is an independent second opinion.
     """
     inventory = normalize_tools(available_tools)
-    request: Any = query if isinstance(query, str) else [
-        {"role": m.role, "content": m.content} for m in normalize_history(query).messages
-    ]
+    request: Any = (
+        query
+        if isinstance(query, str)
+        else [{"role": m.role, "content": m.content} for m in normalize_history(query).messages]
+    )
     data = {
         "user_request": request,
         "available_tools": [
@@ -273,8 +292,17 @@ class _Scored:
         self.result, self.expected, self.called, self.rename = result, expected, called, rename
 
 
-def _score(tools_called, expected_tools, evaluation_params, ordering, exact, threshold, normalize_names,
-           tools, available_tools=None) -> _Scored:
+def _score(
+    tools_called,
+    expected_tools,
+    evaluation_params,
+    ordering,
+    exact,
+    threshold,
+    normalize_names,
+    tools,
+    available_tools=None,
+) -> _Scored:
     params = _check_params(evaluation_params)
     if not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must be in [0, 1], got {threshold}")
@@ -309,8 +337,15 @@ def _score(tools_called, expected_tools, evaluation_params, ordering, exact, thr
     raw, matches, missing, extra, out_of_order = outcome
     score = min(1.0, max(0.0, raw))
     result = TrajectoryScore(
-        score=score, success=score >= threshold, threshold=threshold, mode=mode, matches=tuple(matches),
-        missing=tuple(missing), extra=tuple(extra), out_of_order=tuple(out_of_order), match_score=score,
+        score=score,
+        success=score >= threshold,
+        threshold=threshold,
+        mode=mode,
+        matches=tuple(matches),
+        missing=tuple(missing),
+        extra=tuple(extra),
+        out_of_order=tuple(out_of_order),
+        match_score=score,
     )
     return _Scored(result, expected, called, rename)
 
@@ -326,13 +361,17 @@ def _with_defaults(step: TrajectoryCall, inventory: ToolInventory, rename) -> Tr
     return step.model_copy(update={"args": with_defaults(step.args, spec.parameters)})
 
 
-def _finish(scored: _Scored, *, strict_mode: bool, include_reason: bool, selection: JudgedScore | None = None) -> TrajectoryScore:
+def _finish(
+    scored: _Scored, *, strict_mode: bool, include_reason: bool, selection: JudgedScore | None = None
+) -> TrajectoryScore:
     result = scored.result
     score, threshold = result.score, result.threshold
     update: dict[str, Any] = {}
     if selection is not None:
         score = min(score, selection.score)
-        update.update(selection_score=selection.score, selection_explanation=selection.explanation, usage=selection.usage)
+        update.update(
+            selection_score=selection.score, selection_explanation=selection.explanation, usage=selection.usage
+        )
     if strict_mode:
         threshold = 1.0
         score = 1.0 if score >= 1.0 else 0.0
@@ -378,8 +417,9 @@ def _pair(expected: TrajectoryCall, called: TrajectoryCall, params: frozenset[st
     return score
 
 
-def _match(expected: list[TrajectoryCall], called: list[TrajectoryCall], e: int, c: int, score: float,
-           params: frozenset[str]) -> CallMatch:
+def _match(
+    expected: list[TrajectoryCall], called: list[TrajectoryCall], e: int, c: int, score: float, params: frozenset[str]
+) -> CallMatch:
     differences: list[str] = []
     exp, got = expected[e], called[c]
     if "input_parameters" in params:

@@ -66,8 +66,11 @@ async def answer(call: Call, raw: bytes) -> Response:
     upstream_headers = response.headers
     data = read_reply(await call.client.read(response))
     if not isinstance(data, dict):
-        return call.client.failed("unreadable", 502, "the upstream's answer is not a JSON object, so the tool calls "
-                                                     "in it could not be checked")
+        return call.client.failed(
+            "unreadable",
+            502,
+            "the upstream's answer is not a JSON object, so the tool calls in it could not be checked",
+        )
     said = DIALECT.said(data)
     turns: list[Turn] = []
     if said.calls or said.removed:
@@ -122,8 +125,15 @@ def _index(data: dict[str, Any]) -> int:
 
 def _error(error: dict[str, Any]) -> bytes:
     """An `error` event as Anthropic sends one (the SDK raises on it)."""
-    return named_event({"type": "error", "error": {"type": error.get("type") or "api_error",
-                                                   "message": str(error.get("message") or "the stream could not go on")}})
+    return named_event(
+        {
+            "type": "error",
+            "error": {
+                "type": error.get("type") or "api_error",
+                "message": str(error.get("message") or "the stream could not go on"),
+            },
+        }
+    )
 
 
 def _relay(call: Call, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
@@ -138,9 +148,16 @@ def _relay(call: Call, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]
             return "the upstream's stream ended before the message stopped; its tool calls were not passed on"
         return None
 
-    return relay(response, call.deadline, call.client.config.max_response_bytes, each=each, end=nothing,
-                 unfinished=unfinished, refused=lambda error: _error(error["error"]),
-                 broken=lambda why: _error({"type": "api_error", "message": why}))
+    return relay(
+        response,
+        call.deadline,
+        call.client.config.max_response_bytes,
+        each=each,
+        end=nothing,
+        unfinished=unfinished,
+        refused=lambda error: _error(error["error"]),
+        broken=lambda why: _error({"type": "api_error", "message": why}),
+    )
 
 
 async def _relay_event(call: Call, state: _Held, event: Event) -> AsyncIterator[bytes]:
@@ -149,8 +166,12 @@ async def _relay_event(call: Call, state: _Held, event: Event) -> AsyncIterator[
         return
     data = read_reply(event.data.encode())
     if data is UNREADABLE or not isinstance(data, dict) or not isinstance(data.get("type"), str):
-        raise Refused(problem(502, "the upstream sent an event that is not a Messages event, so the tool calls in it "
-                                   "could not be checked"))
+        raise Refused(
+            problem(
+                502,
+                "the upstream sent an event that is not a Messages event, so the tool calls in it could not be checked",
+            )
+        )
     kind = data["type"]
     if kind == "message_start":
         message = given if isinstance(given := data.get("message"), dict) else {}
@@ -237,20 +258,32 @@ async def _finish(call: Call, state: _Held, data: dict[str, Any] | None) -> Asyn
     position = len(state.passed)
     if turn.notes:
         text = "\n".join(turn.notes)
-        yield named_event({"type": "content_block_start", "index": position, "content_block": {"type": "text", "text": ""}})
-        yield named_event({"type": "content_block_delta", "index": position, "delta": {"type": "text_delta", "text": text}})
+        yield named_event(
+            {"type": "content_block_start", "index": position, "content_block": {"type": "text", "text": ""}}
+        )
+        yield named_event(
+            {"type": "content_block_delta", "index": position, "delta": {"type": "text_delta", "text": text}}
+        )
         yield named_event({"type": "content_block_stop", "index": position})
         position += 1
     for block in turn.calls:
         arguments = block.get("input")
         yield named_event({"type": "content_block_start", "index": position, "content_block": {**block, "input": {}}})
-        yield named_event({"type": "content_block_delta", "index": position,
-                    "delta": {"type": "input_json_delta", "partial_json": reply_text(arguments)}})
+        yield named_event(
+            {
+                "type": "content_block_delta",
+                "index": position,
+                "delta": {"type": "input_json_delta", "partial_json": reply_text(arguments)},
+            }
+        )
         yield named_event({"type": "content_block_stop", "index": position})
         position += 1
     if data is None:
-        data = {"type": "message_delta", "delta": {"stop_reason": "tool_use" if turn.calls else "end_turn",
-                                                   "stop_sequence": None}, "usage": {}}
+        data = {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use" if turn.calls else "end_turn", "stop_sequence": None},
+            "usage": {},
+        }
     delta = given if isinstance(given := data.get("delta"), dict) else {}
     if delta.get("stop_reason") == "tool_use" and not turn.calls:
         data["delta"] = {**delta, "stop_reason": "end_turn"}

@@ -87,9 +87,12 @@ def _fit_file_limit(wanted: int, reserve: int) -> int:
     if soft == resource.RLIM_INFINITY or soft >= need:
         return wanted
     fitted = max(1, soft - reserve)
-    logger.warning(f"the open-file limit ({soft}) holds {fitted} client connections beside {reserve} for requests' "
-                   f"own connections, not service.max_connections={wanted}; raise it (ulimit -n {need}, or LimitNOFILE "
-                   "in a systemd unit) to allow them", extra={"event": "connection_cap_lowered"})
+    logger.warning(
+        f"the open-file limit ({soft}) holds {fitted} client connections beside {reserve} for requests' "
+        f"own connections, not service.max_connections={wanted}; raise it (ulimit -n {need}, or LimitNOFILE "
+        "in a systemd unit) to allow them",
+        extra={"event": "connection_cap_lowered"},
+    )
     return fitted
 
 
@@ -113,8 +116,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         if len(self.connections) > limits.max_connections and not self._evict_idle():
-            self._close_with(503, "the server is at its connection cap (service.max_connections); retry shortly",
-                             "refused", b"retry-after: 1\r\n")
+            self._close_with(
+                503,
+                "the server is at its connection cap (service.max_connections); retry shortly",
+                "refused",
+                b"retry-after: 1\r\n",
+            )
             return
         self._idle[self] = None
         self._arm_header_timer()
@@ -152,8 +159,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._header_timer.cancel()
             self._header_timer = None
         # Headers that came whole in one large read were never counted: count them (rarely needed).
-        if self._read_size > limits.max_header_bytes and len(self.url) + sum(
-                len(name) + len(value) + 4 for name, value in self.headers) > limits.max_header_bytes:
+        if (
+            self._read_size > limits.max_header_bytes
+            and len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+            > limits.max_header_bytes
+        ):
             self._too_large = True
             raise ValueError("request headers too large")  # stops httptools; uvicorn calls send_400_response
         super().on_headers_complete()
@@ -188,8 +198,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         return self.scope is not None and (self.cycle is None or self.cycle.scope is not self.scope)
 
     def _headers_too_large(self) -> None:
-        self._close_with(431, f"request headers larger than {limits.max_header_bytes} bytes (service.max_header_bytes)",
-                         "header_too_large")
+        self._close_with(
+            431,
+            f"request headers larger than {limits.max_header_bytes} bytes (service.max_header_bytes)",
+            "header_too_large",
+        )
 
     def _arm_header_timer(self) -> None:
         if self._header_timer is None:
@@ -207,16 +220,25 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.cycle is not None and not self._in_headers():
             return  # kept alive between requests: uvicorn's keep-alive timeout closes it
         # A request begun and not finished hears why; a connection that sent nothing is just closed.
-        self._close_with(408, f"no complete request headers within {limits.header_timeout:g} s "
-                              "(service.header_timeout_seconds)", "header_timeout", answer=self._in_headers())
+        self._close_with(
+            408,
+            f"no complete request headers within {limits.header_timeout:g} s (service.header_timeout_seconds)",
+            "header_timeout",
+            answer=self._in_headers(),
+        )
 
     def _evict_idle(self) -> bool:
         """Close the longest-idle other connection; False when none is idle."""
         for other in self._idle:
             if other is not self:
                 # Kept alive between requests: closed as a keep-alive timeout would close it.
-                other._close_with(503, "closed for a new connection at the connection cap (service.max_connections)",
-                                  "evicted", b"retry-after: 1\r\n", answer=other._in_headers())
+                other._close_with(
+                    503,
+                    "closed for a new connection at the connection cap (service.max_connections)",
+                    "evicted",
+                    b"retry-after: 1\r\n",
+                    answer=other._in_headers(),
+                )
                 return True
         return False
 

@@ -35,9 +35,26 @@ from reflection.formats import (
 )
 from reflection.reask import Said, Turn
 
-__all__ = ["ANTHROPIC", "CHAT", "UNREADABLE", "AnthropicDialect", "ChatDialect", "Dialect", "Refused",
-           "ResponsesDialect", "first_message", "input_items", "lenient", "lenient_dumps",
-           "message_calls", "problem", "read_reply", "reply_bytes", "reply_text", "usage_sum"]
+__all__ = [
+    "ANTHROPIC",
+    "CHAT",
+    "UNREADABLE",
+    "AnthropicDialect",
+    "ChatDialect",
+    "Dialect",
+    "Refused",
+    "ResponsesDialect",
+    "first_message",
+    "input_items",
+    "lenient",
+    "lenient_dumps",
+    "message_calls",
+    "problem",
+    "read_reply",
+    "reply_bytes",
+    "reply_text",
+    "usage_sum",
+]
 
 
 def problem(status: int, detail: str) -> Response:
@@ -121,8 +138,9 @@ class Dialect:
         (the number of calls is bounded by the caller)."""
         raise NotImplementedError
 
-    def extend(self, conversation: list[Any], said: Said, calls: list[Any], results: list[str],
-               round_: int) -> tuple[list[Any], list[Any]]:
+    def extend(
+        self, conversation: list[Any], said: Said, calls: list[Any], results: list[str], round_: int
+    ) -> tuple[list[Any], list[Any]]:
         """The conversation with the model's turn and one result per call added (what the model
         reads on a re-ask), and `calls` as written there (ids filled in)."""
         raise NotImplementedError
@@ -174,12 +192,18 @@ class ChatDialect(Dialect):
         text = message.get("content") if message is not None else None
         return Said(calls or [], message, text if isinstance(text, str) else None)
 
-    def extend(self, conversation: list[Any], said: Said, calls: list[Any], results: list[str],
-               round_: int) -> tuple[list[Any], list[Any]]:
+    def extend(
+        self, conversation: list[Any], said: Said, calls: list[Any], results: list[str], round_: int
+    ) -> tuple[list[Any], list[Any]]:
         wire = [_wire(call, f"call_r{round_}_{i}") for i, call in enumerate(calls)]
-        return [*conversation, {"role": "assistant", "content": None, "tool_calls": wire},
-                *({"role": "tool", "tool_call_id": call["id"], "content": text}
-                  for call, text in zip(wire, results, strict=True))], wire
+        return [
+            *conversation,
+            {"role": "assistant", "content": None, "tool_calls": wire},
+            *(
+                {"role": "tool", "tool_call_id": call["id"], "content": text}
+                for call, text in zip(wire, results, strict=True)
+            ),
+        ], wire
 
     def reask(self, body: dict[str, Any], conversation: list[Any]) -> dict[str, Any]:
         return _reask_body(body, "messages", conversation)
@@ -213,8 +237,9 @@ def message_calls(message: dict[str, Any]) -> list[Any] | None:
     try:
         return formats.message_calls(message)
     except ValueError:
-        raise Refused(problem(502, "the upstream's message has tool_calls that are not a list, so they could "
-                                   "not be checked")) from None
+        raise Refused(
+            problem(502, "the upstream's message has tool_calls that are not a list, so they could not be checked")
+        ) from None
 
 
 def first_message(reply: dict[str, Any]) -> dict[str, Any] | None:
@@ -235,6 +260,7 @@ def _wire(call: Any, fallback_id: str) -> dict[str, Any]:
 
 
 # --- the Responses API ------------------------------------------------------------------------
+
 
 class ResponsesDialect(Dialect):
     """The Responses API: `function_call` output items, `input` (plus `instructions` and, for a
@@ -258,19 +284,28 @@ class ResponsesDialect(Dialect):
     def said(self, reply: dict[str, Any]) -> Said:
         output = reply.get("output")
         if not isinstance(output, list):
-            raise Refused(problem(502, "the upstream's response has no `output` list, so the tool calls in it could "
-                                       "not be checked"))
+            raise Refused(
+                problem(
+                    502, "the upstream's response has no `output` list, so the tool calls in it could not be checked"
+                )
+            )
         calls, removed, text = output_calls(output)
         return Said(calls, output, text, removed)
 
-    def extend(self, conversation: list[Any], said: Said, calls: list[Any], results: list[str],
-               round_: int) -> tuple[list[Any], list[Any]]:
+    def extend(
+        self, conversation: list[Any], said: Said, calls: list[Any], results: list[str], round_: int
+    ) -> tuple[list[Any], list[Any]]:
         wired = {id(call): _wired_item(call, f"call_r{round_}_{i}") for i, call in enumerate(calls)}
-        turn = [wired.get(id(item), item) for item in said.turn if isinstance(item, dict)
-                and item.get("type") in RESPONSES_PASSED | {"function_call"}]
+        turn = [
+            wired.get(id(item), item)
+            for item in said.turn
+            if isinstance(item, dict) and item.get("type") in RESPONSES_PASSED | {"function_call"}
+        ]
         written = [wired[id(call)] for call in calls]
-        outputs = [{"type": "function_call_output", "call_id": call["call_id"], "output": text}
-                   for call, text in zip(written, results, strict=True)]
+        outputs = [
+            {"type": "function_call_output", "call_id": call["call_id"], "output": text}
+            for call, text in zip(written, results, strict=True)
+        ]
         return [*conversation, *turn, *outputs], written
 
     def reask(self, body: dict[str, Any], conversation: list[Any]) -> dict[str, Any]:
@@ -299,6 +334,7 @@ def _wired_item(call: Any, fallback_id: str) -> dict[str, Any]:
 
 # --- Anthropic Messages -----------------------------------------------------------------------
 
+
 class AnthropicDialect(Dialect):
     """Anthropic Messages: `tool_use` blocks, `messages` (plus `system`) as history, `tool_result` blocks."""
 
@@ -315,21 +351,33 @@ class AnthropicDialect(Dialect):
     def said(self, reply: dict[str, Any]) -> Said:
         content = reply.get("content")
         if not isinstance(content, list):
-            raise Refused(problem(502, "the upstream's message has no `content` list, so the tool calls in it could "
-                                       "not be checked"))
+            raise Refused(
+                problem(
+                    502, "the upstream's message has no `content` list, so the tool calls in it could not be checked"
+                )
+            )
         calls, removed, text = content_calls(content)
         return Said(calls, content, text, removed)
 
-    def extend(self, conversation: list[Any], said: Said, calls: list[Any], results: list[str],
-               round_: int) -> tuple[list[Any], list[Any]]:
+    def extend(
+        self, conversation: list[Any], said: Said, calls: list[Any], results: list[str], round_: int
+    ) -> tuple[list[Any], list[Any]]:
         wired = {id(call): _wired_block(call, f"toolu_r{round_}_{i}") for i, call in enumerate(calls)}
-        turn = [wired.get(id(block), block) for block in said.turn if isinstance(block, dict)
-                and block.get("type") in ANTHROPIC_PASSED | {"tool_use"}]
+        turn = [
+            wired.get(id(block), block)
+            for block in said.turn
+            if isinstance(block, dict) and block.get("type") in ANTHROPIC_PASSED | {"tool_use"}
+        ]
         written = [wired[id(call)] for call in calls]
-        results_blocks = [{"type": "tool_result", "tool_use_id": call["id"], "content": text}
-                          for call, text in zip(written, results, strict=True)]
-        return [*conversation, {"role": "assistant", "content": turn},
-                {"role": "user", "content": results_blocks}], written
+        results_blocks = [
+            {"type": "tool_result", "tool_use_id": call["id"], "content": text}
+            for call, text in zip(written, results, strict=True)
+        ]
+        return [
+            *conversation,
+            {"role": "assistant", "content": turn},
+            {"role": "user", "content": results_blocks},
+        ], written
 
     def reask(self, body: dict[str, Any], conversation: list[Any]) -> dict[str, Any]:
         return _reask_body(body, "messages", conversation)

@@ -37,13 +37,16 @@ class GuardrailRequest(BaseModel):
     images: list[str] | None = None
     tools: list[dict[str, Any]] | None = Field(default=None, description="Tool specs (OpenAI ChatCompletionToolParam).")
     tool_calls: list[dict[str, Any]] | None = Field(default=None, description="OpenAI tool calls to check.")
-    structured_messages: list[dict[str, Any]] | None = Field(default=None, description="The conversation (OpenAI messages).")
+    structured_messages: list[dict[str, Any]] | None = Field(
+        default=None, description="The conversation (OpenAI messages)."
+    )
     request_data: dict[str, Any] | None = None
     input_type: Literal["request", "response"] | None = None
     litellm_call_id: str | None = None
     litellm_trace_id: str | None = None
     additional_provider_specific_params: dict[str, Any] | None = Field(
-        default=None, description="From the guardrail's LiteLLM config; `tools` here is used when the request has none.")
+        default=None, description="From the guardrail's LiteLLM config; `tools` here is used when the request has none."
+    )
 
 
 class GuardrailResponse(BaseModel):
@@ -55,8 +58,10 @@ class GuardrailResponse(BaseModel):
     reflection: dict[str, Any] = Field(default_factory=dict, description="actions and decisions, one per tool call.")
 
 
-_NO_TOOLS_HINT = ("LiteLLM sends tool specs only with input_type 'request'; for response guardrails set "
-                  "additional_provider_specific_params.tools in the guardrail's LiteLLM config")
+_NO_TOOLS_HINT = (
+    "LiteLLM sends tool specs only with input_type 'request'; for response guardrails set "
+    "additional_provider_specific_params.tools in the guardrail's LiteLLM config"
+)
 
 
 def _explain(decision: Decision) -> str:
@@ -78,8 +83,9 @@ def _history(request: GuardrailRequest) -> list[dict[str, Any]] | None:
     return messages if isinstance(messages, list) and messages else None
 
 
-async def apply(gate: Gate, request: GuardrailRequest, metrics: TenantMetrics, *,
-                started: float | None = None) -> dict[str, Any]:
+async def apply(
+    gate: Gate, request: GuardrailRequest, metrics: TenantMetrics, *, started: float | None = None
+) -> dict[str, Any]:
     """Gate the request's tool calls and answer in the Generic Guardrail API's shape (`started`:
     when the request arrived, for the gate's deadline). LiteLLM cannot run a corrected call, so
     only calls that run as proposed pass (`reflection.apply`)."""
@@ -95,8 +101,10 @@ async def apply(gate: Gate, request: GuardrailRequest, metrics: TenantMetrics, *
     refused = [d for d in decisions if apply_decision(d, corrects=False).runs != "proposed"]
     answer: dict[str, Any] = {
         "action": "BLOCKED" if refused else "NONE",
-        "reflection": {"actions": [d.action for d in decisions],
-                       "decisions": [d.model_dump(mode="json") for d in decisions]},
+        "reflection": {
+            "actions": [d.action for d in decisions],
+            "decisions": [d.model_dump(mode="json") for d in decisions],
+        },
     }
     if refused:
         reasons = [_explain(d) for d in refused]

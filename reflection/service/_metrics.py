@@ -33,29 +33,50 @@ class Metrics:
         self.tenant_label = tenants
         r = self.registry
         t = ["tenant"] if tenants else []
-        self.requests = Counter("reflection_http_requests", "HTTP requests by route and status.",
-                                ["route", "status", *t], registry=r)
-        self.latency = Histogram("reflection_http_request_duration_seconds", "HTTP request latency by route.",
-                                 ["route", *t], buckets=_LATENCY_BUCKETS, registry=r)
-        self.in_flight = Gauge("reflection_http_in_flight", "Requests being handled.", registry=r,
-                               multiprocess_mode="livesum")
-        self.decisions = Counter("reflection_decisions", "Gate decisions by action (and the shadow action in shadow mode).",
-                                 [*t, "action", "shadow_action"], registry=r)
-        self.decision_latency = Histogram("reflection_decision_duration_seconds", "Time to a gate decision.", t,
-                                          buckets=_LATENCY_BUCKETS, registry=r)
-        self.reflections = Counter("reflection_reflections", "Calls reflected, by verdict.", [*t, "overall_valid"],
-                                   registry=r)
+        self.requests = Counter(
+            "reflection_http_requests", "HTTP requests by route and status.", ["route", "status", *t], registry=r
+        )
+        self.latency = Histogram(
+            "reflection_http_request_duration_seconds",
+            "HTTP request latency by route.",
+            ["route", *t],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "reflection_http_in_flight", "Requests being handled.", registry=r, multiprocess_mode="livesum"
+        )
+        self.decisions = Counter(
+            "reflection_decisions",
+            "Gate decisions by action (and the shadow action in shadow mode).",
+            [*t, "action", "shadow_action"],
+            registry=r,
+        )
+        self.decision_latency = Histogram(
+            "reflection_decision_duration_seconds", "Time to a gate decision.", t, buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.reflections = Counter(
+            "reflection_reflections", "Calls reflected, by verdict.", [*t, "overall_valid"], registry=r
+        )
         self.judge_requests = Counter("reflection_judge_requests", "Requests sent to the judge.", t, registry=r)
         self.judge_tokens = Counter("reflection_judge_tokens", "Judge tokens by kind.", [*t, "kind"], registry=r)
         self.judge_cost = Counter("reflection_judge_cost_usd", "Judge cost in USD.", t, registry=r)
         self.connections_closed = Counter(
-            "reflection_connections_closed", "Client connections the server closed before a request was under way, "
+            "reflection_connections_closed",
+            "Client connections the server closed before a request was under way, "
             "by reason: header_timeout, header_too_large, evicted (idle, at the connection cap), refused (at the cap).",
-            ["reason"], registry=r)
-        self.upstream = Counter("reflection_upstream_requests", "Gateway requests to the upstream model by status.",
-                                [*t, "status"], registry=r)
-        self.upstream_latency = Histogram("reflection_upstream_duration_seconds", "Upstream model latency.", t,
-                                          buckets=_LATENCY_BUCKETS, registry=r)
+            ["reason"],
+            registry=r,
+        )
+        self.upstream = Counter(
+            "reflection_upstream_requests",
+            "Gateway requests to the upstream model by status.",
+            [*t, "status"],
+            registry=r,
+        )
+        self.upstream_latency = Histogram(
+            "reflection_upstream_duration_seconds", "Upstream model latency.", t, buckets=_LATENCY_BUCKETS, registry=r
+        )
         self._request_children: dict[tuple[str, int, str], tuple[Any, Any]] = {}
         self._tenants: dict[str, TenantMetrics] = {}
         self.default = self.for_tenant("default")
@@ -74,8 +95,10 @@ class Metrics:
         children = self._request_children.get(key)
         if children is None:  # labels() costs tens of microseconds; a route has few statuses
             labels = (tenant,) if self.tenant_label else ()
-            children = self._request_children[key] = (self.requests.labels(route, str(status), *labels),
-                                                      self.latency.labels(route, *labels))
+            children = self._request_children[key] = (
+                self.requests.labels(route, str(status), *labels),
+                self.latency.labels(route, *labels),
+            )
         children[0].inc()
         children[1].observe(seconds)
 

@@ -147,54 +147,99 @@ class ServiceMiddleware:
             if path not in _QUIET and request_logger.isEnabledFor(logging.INFO):
                 # makeRecord + handle is `info()` without its walk up the stack for the caller's
                 # file and line, which the request line never shows.
-                request_logger.handle(request_logger.makeRecord(
-                    request_logger.name, logging.INFO, __file__, 0, "request", (), None, extra={
-                        "request_id": request_id, "method": scope["method"], "route": route,
-                        "status": response["status"], "duration_ms": round(elapsed * 1000, 3),
-                        "client": (scope.get("client") or ("", 0))[0], "actions": response["actions"],
-                        "tenant": tenant,
-                    },
-                ))
+                request_logger.handle(
+                    request_logger.makeRecord(
+                        request_logger.name,
+                        logging.INFO,
+                        __file__,
+                        0,
+                        "request",
+                        (),
+                        None,
+                        extra={
+                            "request_id": request_id,
+                            "method": scope["method"],
+                            "route": route,
+                            "status": response["status"],
+                            "duration_ms": round(elapsed * 1000, 3),
+                            "client": (scope.get("client") or ("", 0))[0],
+                            "actions": response["actions"],
+                            "tenant": tenant,
+                        },
+                    )
+                )
 
-    def _refuse(self, scope: dict[str, Any], headers: dict[str, str],
-                ambiguous: bool) -> tuple[int, dict[str, Any], dict[str, str]] | None:
+    def _refuse(
+        self, scope: dict[str, Any], headers: dict[str, str], ambiguous: bool
+    ) -> tuple[int, dict[str, Any], dict[str, str]] | None:
         """A (status, body, headers) answer for a request that must not reach the application,
         decided from its headers alone (before its body is read)."""
         if ambiguous:
             # Which one counts? Auth would read one and the gateway forward another: refuse both.
-            return 400, {"detail": "ambiguous credentials: more than one Authorization or "
-                                   f"{AUTH_HEADER} header; send each at most once"}, {}
+            return (
+                400,
+                {
+                    "detail": "ambiguous credentials: more than one Authorization or "
+                    f"{AUTH_HEADER} header; send each at most once"
+                },
+                {},
+            )
         if self.keys:
             found = _authenticate(headers, self.keys)
             if found is None:
-                return 401, {"detail": "missing or invalid API key: send 'Authorization: Bearer <key>' "
-                                       f"or '{AUTH_HEADER}: <key>'"}, {"www-authenticate": "Bearer"}
+                return (
+                    401,
+                    {
+                        "detail": "missing or invalid API key: send 'Authorization: Bearer <key>' "
+                        f"or '{AUTH_HEADER}: <key>'"
+                    },
+                    {"www-authenticate": "Bearer"},
+                )
             state = scope["state"]
             state["auth_header"], state["key_index"] = found
             state[TENANT] = self.key_tenant[found[1]]
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
             # The body is never read: close, so its bytes are not read and thrown away either.
-            return 413, {"detail": f"request body larger than {self.max_body_bytes} bytes (service.max_body_bytes)"}, \
-                {"connection": "close"}
+            return (
+                413,
+                {"detail": f"request body larger than {self.max_body_bytes} bytes (service.max_body_bytes)"},
+                {"connection": "close"},
+            )
         key = scope["state"].get("key_index")
         if key is not None and self.key_receiving[key] >= self.per_key:
-            return 503, {"detail": f"busy: this API key is sending {self.key_receiving[key]} request bodies at once, "
-                                   "its share (service.max_in_flight_per_key); retry shortly"}, {"retry-after": "1"}
+            return (
+                503,
+                {
+                    "detail": f"busy: this API key is sending {self.key_receiving[key]} request bodies at once, "
+                    "its share (service.max_in_flight_per_key); retry shortly"
+                },
+                {"retry-after": "1"},
+            )
         return self._busy(key)
 
     def _busy(self, key: int | None) -> tuple[int, dict[str, Any], dict[str, str]] | None:
         """503 when the worker, or this key's share of it, has no room for one more request."""
         if key is not None and self.key_in_flight[key] >= self.per_key:  # type: ignore[operator]
-            return 503, {"detail": f"busy: this API key has {self.key_in_flight[key]} requests in flight, its share "
-                                   "(service.max_in_flight_per_key); retry shortly"}, {"retry-after": "1"}
+            return (
+                503,
+                {
+                    "detail": f"busy: this API key has {self.key_in_flight[key]} requests in flight, its share "
+                    "(service.max_in_flight_per_key); retry shortly"
+                },
+                {"retry-after": "1"},
+            )
         if self.in_flight >= self.max_in_flight:
-            return 503, {"detail": f"busy: {self.max_in_flight} requests in flight (service.max_in_flight); retry shortly"}, \
-                {"retry-after": "1"}
+            return (
+                503,
+                {"detail": f"busy: {self.max_in_flight} requests in flight (service.max_in_flight); retry shortly"},
+                {"retry-after": "1"},
+            )
         return None
 
-    async def _handle(self, scope: dict[str, Any], receive: Any, send: Any, response: dict[str, Any],
-                      key: int | None) -> None:
+    async def _handle(
+        self, scope: dict[str, Any], receive: Any, send: Any, response: dict[str, Any], key: int | None
+    ) -> None:
         """Read the body (408, 413), admit the request (503), then run the application (504, 500)."""
         state = scope["state"]
         loop = asyncio.get_running_loop()
@@ -244,18 +289,40 @@ class ServiceMiddleware:
             if response["status"]:
                 pass
             elif phase == "body":
-                await _send_json(send, 408, {"detail": f"the request body did not arrive within "
-                                                       f"{self.body_timeout_seconds:g} s (service.body_timeout_seconds)"},
-                                 {"connection": "close"})
+                await _send_json(
+                    send,
+                    408,
+                    {
+                        "detail": f"the request body did not arrive within "
+                        f"{self.body_timeout_seconds:g} s (service.body_timeout_seconds)"
+                    },
+                    {"connection": "close"},
+                )
             else:
-                await _send_json(send, 504, {"detail": f"the request took longer than its deadline of "
-                                                       f"{self.deadline_seconds:g} s (service.deadline_seconds)"}, {})
+                await _send_json(
+                    send,
+                    504,
+                    {
+                        "detail": f"the request took longer than its deadline of "
+                        f"{self.deadline_seconds:g} s (service.deadline_seconds)"
+                    },
+                    {},
+                )
         except Exception:  # noqa: BLE001 - a bug: answer without a traceback, log the type and message
-            request_logger.exception("unhandled error", extra={
-                "request_id": state["request_id"], "tenant": state.get(TENANT) if self.tenanted else None})
+            request_logger.exception(
+                "unhandled error",
+                extra={"request_id": state["request_id"], "tenant": state.get(TENANT) if self.tenanted else None},
+            )
             if not response["status"]:
-                await _send_json(send, 500, {"detail": "internal error; the service log has it under this request id",
-                                             "request_id": state["request_id"]}, {})
+                await _send_json(
+                    send,
+                    500,
+                    {
+                        "detail": "internal error; the service log has it under this request id",
+                        "request_id": state["request_id"],
+                    },
+                    {},
+                )
         finally:
             if receiving:
                 self.key_receiving[key] -= 1  # type: ignore[index]
@@ -287,8 +354,12 @@ class ServiceMiddleware:
 
     async def _too_large(self, send: Any) -> None:
         # Close: the rest of the body is never read, so it is not read and thrown away either.
-        await _send_json(send, 413, {"detail": f"request body larger than {self.max_body_bytes} bytes "
-                                               "(service.max_body_bytes)"}, {"connection": "close"})
+        await _send_json(
+            send,
+            413,
+            {"detail": f"request body larger than {self.max_body_bytes} bytes (service.max_body_bytes)"},
+            {"connection": "close"},
+        )
 
 
 def _replay(body: bytes, receive: Any) -> Any:

@@ -76,8 +76,9 @@ class ResponseMemory:
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
         self.size = 0
-        self._entries: collections.OrderedDict[tuple[bytes, str], tuple[Any, list[Any], int]] = \
+        self._entries: collections.OrderedDict[tuple[bytes, str], tuple[Any, list[Any], int]] = (
             collections.OrderedDict()
+        )
 
     def remember(self, owner: bytes, response_id: Any, previous: Any, items: list[Any], size: int) -> None:
         """Keep one turn (`items`: its input then its output) under `response_id`."""
@@ -123,8 +124,11 @@ async def answer(call: Call, raw: bytes, memory: ResponseMemory) -> Response:
     content = await call.client.read(response)
     data = read_reply(content)
     if not isinstance(data, dict):
-        return call.client.failed("unreadable", 502, "the upstream's answer is not a JSON object, so the tool calls "
-                                                     "in it could not be checked")
+        return call.client.failed(
+            "unreadable",
+            502,
+            "the upstream's answer is not a JSON object, so the tool calls in it could not be checked",
+        )
     said = DIALECT.said(data)
     turns: list[Turn] = []
     if said.calls or said.removed:
@@ -151,8 +155,13 @@ def _passed(output: Any) -> list[Any]:
 def _note_item(turn: Turn, response_id: Any) -> dict[str, Any] | None:
     if not turn.notes:
         return None
-    return {"type": "message", "id": f"msg_reflection_{response_id}", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": "\n".join(turn.notes), "annotations": []}]}
+    return {
+        "type": "message",
+        "id": f"msg_reflection_{response_id}",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "\n".join(turn.notes), "annotations": []}],
+    }
 
 
 def _final_output(passed: list[Any], turn: Turn, response_id: Any) -> list[Any]:
@@ -164,8 +173,13 @@ def _final_output(passed: list[Any], turn: Turn, response_id: Any) -> list[Any]:
 def _remember(call: Call, memory: ResponseMemory, dialect: ResponsesDialect, data: dict[str, Any], size: int) -> None:
     output = data.get("output")
     if isinstance(output, list):
-        memory.remember(call.owner, data.get("id"), call.body.get("previous_response_id"),
-                        [*dialect.conversation(call.body), *output], size)
+        memory.remember(
+            call.owner,
+            data.get("id"),
+            call.body.get("previous_response_id"),
+            [*dialect.conversation(call.body), *output],
+            size,
+        )
 
 
 class _Held:
@@ -199,8 +213,11 @@ class _Held:
         known = {(item.get("id"), item.get("call_id")) for item in items}
         output = final.get("output") if isinstance(final, dict) else None
         for item in output if isinstance(output, list) else ():
-            if isinstance(item, dict) and item.get("type") == "function_call" and \
-                    (item.get("id"), item.get("call_id")) not in known:
+            if (
+                isinstance(item, dict)
+                and item.get("type") == "function_call"
+                and (item.get("id"), item.get("call_id")) not in known
+            ):
                 items.append(item)
         if len(items) > self.max_calls:
             raise Refused(problem(502, f"the upstream's answer has more than {self.max_calls} tool calls"))
@@ -216,8 +233,9 @@ def _output_index(data: dict[str, Any]) -> int:
     return index
 
 
-def _relay(call: Call, dialect: ResponsesDialect, memory: ResponseMemory, response: aiohttp.ClientResponse,
-           request_size: int) -> AsyncIterator[bytes]:
+def _relay(
+    call: Call, dialect: ResponsesDialect, memory: ResponseMemory, response: aiohttp.ClientResponse, request_size: int
+) -> AsyncIterator[bytes]:
     """The upstream's events, with every call-like item held until the response ends, then gated."""
     state = _Held(call.max_calls)
 
@@ -229,20 +247,35 @@ def _relay(call: Call, dialect: ResponsesDialect, memory: ResponseMemory, respon
             return "the upstream's stream ended before the response did; its tool calls were not passed on"
         return None
 
-    return relay(response, call.deadline, call.client.config.max_response_bytes, each=each, end=nothing,
-                 unfinished=unfinished, refused=lambda error: _error(state, error["error"]),
-                 broken=lambda why: _error(state, {"message": why, "type": "reflection_gateway_error", "code": None}))
+    return relay(
+        response,
+        call.deadline,
+        call.client.config.max_response_bytes,
+        each=each,
+        end=nothing,
+        unfinished=unfinished,
+        refused=lambda error: _error(state, error["error"]),
+        broken=lambda why: _error(state, {"message": why, "type": "reflection_gateway_error", "code": None}),
+    )
 
 
 def _error(state: _Held, error: dict[str, Any]) -> bytes:
     """An `error` event as the Responses API sends one, with the error object the SDKs raise on."""
-    data = state.stamp({"type": "error", "code": error.get("code"), "message": error.get("message"),
-                        "param": error.get("param"), "error": error})
+    data = state.stamp(
+        {
+            "type": "error",
+            "code": error.get("code"),
+            "message": error.get("message"),
+            "param": error.get("param"),
+            "error": error,
+        }
+    )
     return named_event(data)
 
 
-async def _relay_event(call: Call, dialect: ResponsesDialect, memory: ResponseMemory, state: _Held, event: Event,
-                       request_size: int) -> AsyncIterator[bytes]:
+async def _relay_event(
+    call: Call, dialect: ResponsesDialect, memory: ResponseMemory, state: _Held, event: Event, request_size: int
+) -> AsyncIterator[bytes]:
     """What the client gets for one upstream event (the terminal one marks `state.finished`)."""
     if event.data is None:
         yield event.encode()  # comments, retry hints
@@ -252,8 +285,13 @@ async def _relay_event(call: Call, dialect: ResponsesDialect, memory: ResponseMe
         return
     data = read_reply(event.data.encode())
     if data is UNREADABLE or not isinstance(data, dict) or not isinstance(data.get("type"), str):
-        raise Refused(problem(502, "the upstream sent an event that is not a Responses event, so the tool calls in "
-                                   "it could not be checked"))
+        raise Refused(
+            problem(
+                502,
+                "the upstream sent an event that is not a Responses event, so the tool calls in "
+                "it could not be checked",
+            )
+        )
     kind = data["type"]
     if kind in _TERMINAL:
         state.finished = True
@@ -275,8 +313,11 @@ async def _relay_event(call: Call, dialect: ResponsesDialect, memory: ResponseMe
         if item.get("type") not in RESPONSES_PASSED:
             if len(state.held) >= state.max_calls:
                 raise Refused(problem(502, f"the upstream's answer has more than {state.max_calls} tool calls"))
-            state.held[index] = {**item, "arguments": item.get("arguments") or ""} \
-                if item.get("type") == "function_call" else dict(item)
+            state.held[index] = (
+                {**item, "arguments": item.get("arguments") or ""}
+                if item.get("type") == "function_call"
+                else dict(item)
+            )
             return
         state.index[index] = len(state.passed)
         state.passed.append(item)
@@ -301,15 +342,19 @@ def _hold(state: _Held, index: int, kind: str, data: dict[str, Any]) -> None:
         state.arguments.setdefault(index, [item.get("arguments") or ""]).append(data["delta"])
     elif kind == "response.function_call_arguments.done" and isinstance(data.get("arguments"), str):
         state.arguments[index] = [data["arguments"]]
-    elif kind == "response.output_item.done" and isinstance(data.get("item"), dict) \
-            and data["item"].get("type") == "function_call":
+    elif (
+        kind == "response.output_item.done"
+        and isinstance(data.get("item"), dict)
+        and data["item"].get("type") == "function_call"
+    ):
         item.clear()
         item.update(data["item"])
         state.arguments.pop(index, None)
 
 
-async def _finish(call: Call, dialect: ResponsesDialect, memory: ResponseMemory, state: _Held, data: dict[str, Any],
-                  request_size: int) -> AsyncIterator[bytes]:
+async def _finish(
+    call: Call, dialect: ResponsesDialect, memory: ResponseMemory, state: _Held, data: dict[str, Any], request_size: int
+) -> AsyncIterator[bytes]:
     """Gate the held calls, send what comes of them whole, then the terminal event with the final output."""
     final = given if isinstance(given := data.get("response"), dict) else {}
     said = state.said(final)
@@ -320,7 +365,7 @@ async def _finish(call: Call, dialect: ResponsesDialect, memory: ResponseMemory,
     _continue_from(final, turn)
     notes = _note_item(turn, final.get("id"))
     position = len(state.passed)
-    for item in ([notes] if notes else []):
+    for item in [notes] if notes else []:
         for out in _message_events(state, item, position):
             yield out
         position += 1
@@ -342,24 +387,41 @@ def _message_events(state: _Held, item: dict[str, Any], index: int) -> list[byte
     part = item["content"][0]
     text = part["text"]
     common = {"item_id": item["id"], "output_index": index, "content_index": 0}
-    return [named_event(state.stamp(data)) for data in (
-        {"type": "response.output_item.added", "output_index": index, "item": {**item, "status": "in_progress",
-                                                                               "content": []}},
-        {"type": "response.content_part.added", **common, "part": {**part, "text": ""}},
-        {"type": "response.output_text.delta", **common, "delta": text, "logprobs": []},
-        {"type": "response.output_text.done", **common, "text": text, "logprobs": []},
-        {"type": "response.content_part.done", **common, "part": part},
-        {"type": "response.output_item.done", "output_index": index, "item": item},
-    )]
+    return [
+        named_event(state.stamp(data))
+        for data in (
+            {
+                "type": "response.output_item.added",
+                "output_index": index,
+                "item": {**item, "status": "in_progress", "content": []},
+            },
+            {"type": "response.content_part.added", **common, "part": {**part, "text": ""}},
+            {"type": "response.output_text.delta", **common, "delta": text, "logprobs": []},
+            {"type": "response.output_text.done", **common, "text": text, "logprobs": []},
+            {"type": "response.content_part.done", **common, "part": part},
+            {"type": "response.output_item.done", "output_index": index, "item": item},
+        )
+    ]
 
 
 def _call_events(state: _Held, item: dict[str, Any], index: int) -> list[bytes]:
     arguments = item.get("arguments") if isinstance(item.get("arguments"), str) else reply_text(item.get("arguments"))
     common = {"item_id": item.get("id"), "output_index": index}
-    return [named_event(state.stamp(data)) for data in (
-        {"type": "response.output_item.added", "output_index": index,
-         "item": {**item, "arguments": "", "status": "in_progress"}},
-        {"type": "response.function_call_arguments.delta", **common, "delta": arguments},
-        {"type": "response.function_call_arguments.done", **common, "name": item.get("name"), "arguments": arguments},
-        {"type": "response.output_item.done", "output_index": index, "item": item},
-    )]
+    return [
+        named_event(state.stamp(data))
+        for data in (
+            {
+                "type": "response.output_item.added",
+                "output_index": index,
+                "item": {**item, "arguments": "", "status": "in_progress"},
+            },
+            {"type": "response.function_call_arguments.delta", **common, "delta": arguments},
+            {
+                "type": "response.function_call_arguments.done",
+                **common,
+                "name": item.get("name"),
+                "arguments": arguments,
+            },
+            {"type": "response.output_item.done", "output_index": index, "item": item},
+        )
+    ]

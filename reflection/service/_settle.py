@@ -67,16 +67,25 @@ async def settle(call: Call, dialect: Dialect, said: Said, budget: Budget) -> Tu
     async def ask(turn: Said, calls: list[Any], results: list[str], round_: int) -> Reply:
         nonlocal conversation
         conversation, _ = dialect.extend(conversation, turn, calls, results, round_)
-        reply = await call.client.post(call.client.url_for(dialect), reply_bytes(dialect.reask(call.body, conversation)),
-                                       call.headers, call.secrets)
+        reply = await call.client.post(
+            call.client.url_for(dialect),
+            reply_bytes(dialect.reask(call.body, conversation)),
+            call.headers,
+            call.secrets,
+        )
         usage, reply_id = reply.get("usage"), reply.get("id")
         return Reply(dialect.said(reply), usage, reply_id)
 
     try:
         return await reask.settle(said, check, ask, dialect, budget, call.metrics.observe_decision)
     except TooManyCalls as exc:
-        raise Refused(call.client.failed("too_many_calls", 502, f"the upstream's answer has {exc.count} tool calls, "
-                                                                f"more than the {exc.limit} a reply may carry")) from None
+        raise Refused(
+            call.client.failed(
+                "too_many_calls",
+                502,
+                f"the upstream's answer has {exc.count} tool calls, more than the {exc.limit} a reply may carry",
+            )
+        ) from None
 
 
 def report_headers(report: Mapping[str, Any]) -> dict[str, str]:
@@ -90,8 +99,12 @@ def answered(data: dict[str, Any], turns: list[Turn], upstream_headers: Any) -> 
     out = reask.report(turns)
     add_usage(data, [u for t in turns for u in t.usage])
     data["reflection"] = out
-    return Response(reply_bytes(data), status_code=200, headers={**downstream(upstream_headers), **report_headers(out)},
-                    media_type="application/json")
+    return Response(
+        reply_bytes(data),
+        status_code=200,
+        headers={**downstream(upstream_headers), **report_headers(out)},
+        media_type="application/json",
+    )
 
 
 def streamed(response: aiohttp.ClientResponse, events: AsyncIterator[bytes], where: str) -> StreamingResponse:

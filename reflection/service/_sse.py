@@ -63,7 +63,7 @@ async def events(chunks: AsyncIterator[bytes], *, max_bytes: int, max_total: int
             line = bytes(pending[start:end])
             if end == cr:
                 if end + 1 < length:
-                    start = end + 2 if pending[end + 1:end + 2] == b"\n" else end + 1
+                    start = end + 2 if pending[end + 1 : end + 2] == b"\n" else end + 1
                 else:  # CR at the end of what arrived: an LF may follow in the next chunk
                     start = end + 1
                     skip_lf = True

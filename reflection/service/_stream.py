@@ -30,12 +30,17 @@ DEADLINE_MARGIN = 0.25
 than being cut mid-chunk)."""
 
 
-async def relay(response: aiohttp.ClientResponse, deadline: float | None, limit: int, *,
-                each: Callable[[Event], AsyncIterator[bytes]],
-                end: Callable[[], AsyncIterator[bytes]],
-                unfinished: Callable[[], str | None],
-                refused: Callable[[dict[str, Any]], bytes],
-                broken: Callable[[str], bytes]) -> AsyncIterator[bytes]:
+async def relay(
+    response: aiohttp.ClientResponse,
+    deadline: float | None,
+    limit: int,
+    *,
+    each: Callable[[Event], AsyncIterator[bytes]],
+    end: Callable[[], AsyncIterator[bytes]],
+    unfinished: Callable[[], str | None],
+    refused: Callable[[dict[str, Any]], bytes],
+    broken: Callable[[str], bytes],
+) -> AsyncIterator[bytes]:
     """The upstream's events as the client gets them: `each` event's output, then `end`'s once
     the stream is over; `unfinished` says why a stream that ended is incomplete (None: it is not).
     A `Refused` answer ends the stream with `refused(error_event(...))`; a stream that breaks,
@@ -93,8 +98,14 @@ def error_event(response: Response) -> dict[str, Any]:
     if isinstance(data, dict) and isinstance(data.get("error"), dict):
         return {"error": {**data["error"], "status": response.status_code}}
     detail = data.get("detail") if isinstance(data, dict) else None
-    return {"error": {"message": str(detail or "the upstream's answer could not be passed on"),
-                      "type": "reflection_gateway_error", "code": None, "status": response.status_code}}
+    return {
+        "error": {
+            "message": str(detail or "the upstream's answer could not be passed on"),
+            "type": "reflection_gateway_error",
+            "code": None,
+            "status": response.status_code,
+        }
+    }
 
 
 class ChatChoice:
@@ -132,7 +143,11 @@ class ChatChoice:
             if call is None:
                 if len(self.parts) >= self.max_calls:
                     raise Refused(problem(502, f"the upstream's answer has more than {self.max_calls} tool calls"))
-                call = self.parts[position] = {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                call = self.parts[position] = {
+                    "id": None,
+                    "type": "function",
+                    "function": {"name": "", "arguments": ""},
+                }
             if isinstance(part.get("id"), str) and part["id"]:
                 call["id"] = part["id"]
             function = part.get("function") if isinstance(part.get("function"), dict) else {}

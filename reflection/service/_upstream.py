@@ -25,10 +25,21 @@ from reflection.service._metrics import TenantMetrics
 __all__ = ["HOP_BY_HOP", "UpstreamClient", "add_usage", "decompressed", "downstream", "unchanged"]
 
 # Not forwarded either way: connection-level headers, and what the gateway sets itself.
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
-    "transfer-encoding", "upgrade", "host", "content-length",
-})
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
 # What the client gets from the gateway only: its own report, cookies, transport security and CORS.
 _GATEWAY_OWNED = frozenset({"set-cookie", "set-cookie2", "strict-transport-security", "alt-svc"})
 
@@ -38,8 +49,14 @@ class UpstreamClient:
     `connections` requests at once (or on `session`, which the caller closes), every answer
     read within `config.max_response_bytes` and `config.timeout`, and counted in `metrics`."""
 
-    def __init__(self, config: UpstreamConfig, metrics: TenantMetrics, *, connections: int = 256,
-                 session: aiohttp.ClientSession | None = None):
+    def __init__(
+        self,
+        config: UpstreamConfig,
+        metrics: TenantMetrics,
+        *,
+        connections: int = 256,
+        session: aiohttp.ClientSession | None = None,
+    ):
         self.config = config
         self.metrics = metrics
         self.anthropic_url = config.anthropic_base_url.rstrip("/") if config.anthropic_base_url else None
@@ -47,10 +64,12 @@ class UpstreamClient:
         # upstream.timeout bounds each wait for data, as httpx's read timeout did, not the whole reply.
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=config.timeout)
         self.session = session or aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=connections, limit_per_host=connections), timeout=timeout,
+            connector=aiohttp.TCPConnector(limit=connections, limit_per_host=connections),
+            timeout=timeout,
             skip_auto_headers=("content-type",),  # a body is sent with the client's content type or none, as it came
             # No cookie jar: a cookie the upstream sets for one client must not ride on another's request.
-            cookie_jar=aiohttp.DummyCookieJar())
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP session if this client created it."""
@@ -64,25 +83,31 @@ class UpstreamClient:
             return self.anthropic_url + dialect.path
         return self.config.base_url.rstrip("/") + dialect.path
 
-    async def send(self, url: str, content: bytes, headers: dict[str, str], *,
-                   decode: bool = True) -> aiohttp.ClientResponse | Response:
+    async def send(
+        self, url: str, content: bytes, headers: dict[str, str], *, decode: bool = True
+    ) -> aiohttp.ClientResponse | Response:
         """POST to the upstream: its response (body unread; `decode=False` keeps a compressed body
         compressed), or the problem answer (504, 502) when it could not be had."""
         started = time.perf_counter()
         try:
             response = await self.session.post(url, data=content, headers=headers, auto_decompress=decode)
         except TimeoutError:  # aiohttp's connect and read timeouts are TimeoutErrors
-            return self.failed("timeout", 504, f"the upstream model did not answer within {self.config.timeout:g} s "
-                                               "(upstream.timeout)")
+            return self.failed(
+                "timeout", 504, f"the upstream model did not answer within {self.config.timeout:g} s (upstream.timeout)"
+            )
         except aiohttp.ClientError as exc:
-            return self.failed("unreachable", 502, f"the upstream model at {url.rsplit('/', 1)[0]} could not be "
-                                                   f"reached: {type(exc).__name__}")
+            return self.failed(
+                "unreachable",
+                502,
+                f"the upstream model at {url.rsplit('/', 1)[0]} could not be reached: {type(exc).__name__}",
+            )
         self.metrics.upstream.labels(str(response.status)).inc()
         self.metrics.upstream_latency.observe(time.perf_counter() - started)
         return response
 
-    async def forward(self, url: str, content: bytes, headers: dict[str, str],
-                      secrets: list[bytes]) -> aiohttp.ClientResponse | Response:
+    async def forward(
+        self, url: str, content: bytes, headers: dict[str, str], secrets: list[bytes]
+    ) -> aiohttp.ClientResponse | Response:
         """POST a JSON request: the upstream's 200 response (body unread), or what the client gets
         instead (the problem answer, or the upstream's error answer as `unchanged` gives it)."""
         response = await self.send(url, content, {**headers, "content-type": "application/json"})
@@ -108,14 +133,25 @@ class UpstreamClient:
             async for data in response.content.iter_any():
                 body += data
                 if len(body) > limit:
-                    raise Refused(self.failed("too_large", 502, f"the upstream's answer is larger than {limit} bytes "
-                                                                "(upstream.max_response_bytes)"))
+                    raise Refused(
+                        self.failed(
+                            "too_large",
+                            502,
+                            f"the upstream's answer is larger than {limit} bytes (upstream.max_response_bytes)",
+                        )
+                    )
         except TimeoutError:
-            raise Refused(self.failed("timeout", 504, f"the upstream model stopped answering for "
-                                                      f"{self.config.timeout:g} s (upstream.timeout)")) from None
+            raise Refused(
+                self.failed(
+                    "timeout",
+                    504,
+                    f"the upstream model stopped answering for {self.config.timeout:g} s (upstream.timeout)",
+                )
+            ) from None
         except aiohttp.ClientError as exc:
-            raise Refused(self.failed("unreachable", 502, f"the upstream model's answer broke off: "
-                                                          f"{type(exc).__name__}")) from None
+            raise Refused(
+                self.failed("unreachable", 502, f"the upstream model's answer broke off: {type(exc).__name__}")
+            ) from None
         finally:
             response.release()
         return bytes(body)
@@ -132,8 +168,13 @@ class UpstreamClient:
             raise Refused(unchanged(status, upstream_headers, body, secrets))
         data = read_reply(body)
         if not isinstance(data, dict):
-            raise Refused(self.failed("unreadable", 502, "the upstream's answer is not a JSON object, so the tool "
-                                                         "calls in it could not be checked"))
+            raise Refused(
+                self.failed(
+                    "unreadable",
+                    502,
+                    "the upstream's answer is not a JSON object, so the tool calls in it could not be checked",
+                )
+            )
         return data
 
     async def pass_through(self, url: str, raw: bytes, headers: dict[str, str], secrets: list[bytes]) -> Response:
@@ -148,8 +189,11 @@ class UpstreamClient:
                 try:
                     content = decompressed(content, encoding, self.config.max_response_bytes)
                 except Refused:
-                    return self.failed("unreadable", 502, f"the upstream answered HTTP {response.status} in an "
-                                                          "encoding the gateway cannot read")
+                    return self.failed(
+                        "unreadable",
+                        502,
+                        f"the upstream answered HTTP {response.status} in an encoding the gateway cannot read",
+                    )
             return unchanged(response.status, response.headers, content, secrets)
 
         async def body() -> AsyncIterator[bytes]:
@@ -159,7 +203,9 @@ class UpstreamClient:
             finally:
                 response.release()
 
-        return StreamingResponse(body(), status_code=response.status, headers=downstream(response.headers, keep_encoding=True))
+        return StreamingResponse(
+            body(), status_code=response.status, headers=downstream(response.headers, keep_encoding=True)
+        )
 
 
 def decompressed(raw: bytes, encoding: str, limit: int) -> bytes:
@@ -180,13 +226,20 @@ def decompressed(raw: bytes, encoding: str, limit: int) -> bytes:
 def downstream(headers: Any, *, keep_encoding: bool = False) -> dict[str, str]:
     """The upstream's headers the client may get: not hop-by-hop ones (nor those `Connection`
     names), not those the gateway owns (its `x-reflection-*` report, cookies, HSTS, CORS)."""
-    named = {token.strip().lower() for value in headers.getall("connection", []) for token in value.split(",")} \
-        if hasattr(headers, "getall") else set()
+    named = (
+        {token.strip().lower() for value in headers.getall("connection", []) for token in value.split(",")}
+        if hasattr(headers, "getall")
+        else set()
+    )
     out = {}
     for key, value in headers.items():
         lower = key.lower()
-        if lower in HOP_BY_HOP or lower in _GATEWAY_OWNED or lower in named or lower.startswith(("x-reflection-",
-                                                                                               "access-control-")):
+        if (
+            lower in HOP_BY_HOP
+            or lower in _GATEWAY_OWNED
+            or lower in named
+            or lower.startswith(("x-reflection-", "access-control-"))
+        ):
             continue
         if lower == "content-encoding" and not keep_encoding:
             continue

@@ -43,8 +43,11 @@ class RowIn(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     id: str | int | None = Field(default=None, description="Row id; rows without one are named line-1.")
-    call: Any = Field(default=None, description="The proposed call: OpenAI tool call, Anthropic tool_use, "
-                                               "plain {name, arguments}, or an assistant message with tool_calls.")
+    call: Any = Field(
+        default=None,
+        description="The proposed call: OpenAI tool call, Anthropic tool_use, "
+        "plain {name, arguments}, or an assistant message with tool_calls.",
+    )
     tool_calls: list[Any] | None = Field(default=None, description="Several parallel calls (instead of call).")
     tools: Any = Field(default=None, description="Tool specs: OpenAI, Anthropic, MCP, BFCL or parameter lists.")
     history: Any = Field(default=None, description="The conversation: chat messages, content blocks, or a string.")
@@ -81,15 +84,24 @@ class Problem(BaseModel):
 _ROW_SCHEMA = {**RowIn.model_json_schema(), "anyOf": [{"required": ["call"]}, {"required": ["tool_calls"]}]}
 _ROW_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": _ROW_SCHEMA}}}}
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": Problem, "description": "The body is not JSON, or credentials are ambiguous (a repeated "
-                                           "Authorization or X-Reflection-Api-Key header)."},
+    400: {
+        "model": Problem,
+        "description": "The body is not JSON, or credentials are ambiguous (a repeated "
+        "Authorization or X-Reflection-Api-Key header).",
+    },
     401: {"model": Problem, "description": "Missing or invalid API key."},
     408: {"model": Problem, "description": "The body did not arrive within service.body_timeout_seconds."},
-    413: {"model": Problem, "description": "The body is larger than service.max_body_bytes, or it holds more "
-                                           "tool calls than service.max_calls_per_request."},
+    413: {
+        "model": Problem,
+        "description": "The body is larger than service.max_body_bytes, or it holds more "
+        "tool calls than service.max_calls_per_request.",
+    },
     422: {"model": Problem, "description": "The row cannot be read: the message says what to fix."},
-    503: {"model": Problem, "description": "Busy (this worker, or this API key's share of it): retry after the "
-                                           "Retry-After header's seconds."},
+    503: {
+        "model": Problem,
+        "description": "Busy (this worker, or this API key's share of it): retry after the "
+        "Retry-After header's seconds.",
+    },
     504: {"model": Problem, "description": "The request outlived service.deadline_seconds."},
 }
 
@@ -140,7 +152,7 @@ def _read_row(raw: Any, max_calls: int) -> InputRow:
         rid = raw.get("id")
         if rid is not None and type(rid) not in (str, int):
             # `reflection check` names such a row by its line; here there is no line to name it by.
-            raise HTTPException(422, f"\"id\" must be a string, an integer or null, got {_json_type(rid)}")
+            raise HTTPException(422, f'"id" must be a string, an integer or null, got {_json_type(rid)}')
     try:
         row = read_row(raw, 1)
     except RowError as exc:
@@ -151,13 +163,17 @@ def _read_row(raw: Any, max_calls: int) -> InputRow:
 
 def _json_type(value: Any) -> str:
     return {dict: "an object", list: "an array", bool: "a boolean", float: "a number with a fraction"}.get(
-        type(value), type(value).__name__)
+        type(value), type(value).__name__
+    )
 
 
 def _limit_calls(count: int, limit: int) -> None:
     if count > limit:
-        raise HTTPException(413, f"{count} tool calls in one request; at most {limit} are checked per request "
-                                 "(service.max_calls_per_request): send them in several requests")
+        raise HTTPException(
+            413,
+            f"{count} tool calls in one request; at most {limit} are checked per request "
+            "(service.max_calls_per_request): send them in several requests",
+        )
 
 
 def _read_guardrail(body: bytes, max_calls: int) -> _guardrail.GuardrailRequest:
@@ -212,16 +228,24 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
                     client = judge_clients.get(shared)
                     if client is None:
                         client = judge_clients[shared] = await stack.enter_async_context(
-                            judge_http_client(cfg.judge.max_concurrency, cfg.judge.timeout))
+                            judge_http_client(cfg.judge.max_concurrency, cfg.judge.timeout)
+                        )
                 # One judge (the gate's, with its in-memory reply cache) for the gate and /v1/reflect.
                 tenant.gate = await stack.enter_async_context(Gate(cfg, http_client=client))
                 tenant.reflector = Reflector(cfg, judge=tenant.gate.judge)
                 if cfg.upstream is not None:
                     session = sessions.get(cfg.upstream.timeout)
                     tenant.gateway = await stack.enter_async_context(
-                        Gateway(cfg.upstream, tenant.gate, tenant.metrics, connections=config.service.max_in_flight,
-                                max_body_bytes=config.service.max_body_bytes,
-                                max_calls=config.service.max_calls_per_request, session=session))
+                        Gateway(
+                            cfg.upstream,
+                            tenant.gate,
+                            tenant.metrics,
+                            connections=config.service.max_in_flight,
+                            max_body_bytes=config.service.max_body_bytes,
+                            max_calls=config.service.max_calls_per_request,
+                            session=session,
+                        )
+                    )
                     sessions.setdefault(cfg.upstream.timeout, tenant.gateway.session)
             state.probe_client = await stack.enter_async_context(httpx.AsyncClient(timeout=2.0))
             yield
@@ -253,8 +277,12 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         ok, checks = state.ready
         return _json({"status": "ready" if ok else "not ready", "checks": checks}, 200 if ok else 503)
 
-    @app.get("/metrics", tags=["operations"], response_class=Response,
-             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus exposition format."}})
+    @app.get(
+        "/metrics",
+        tags=["operations"],
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus exposition format."}},
+    )
     async def metrics_route() -> Response:
         """Prometheus metrics: requests by route and status, decisions by action, judge requests,
         tokens and cost, latency histograms."""
@@ -304,13 +332,23 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
             tenant.metrics.observe_decision(decision)
         actions = ",".join(d.action for d in decisions)
         if isinstance(decided, list):
-            return _json({"id": row.id, "decisions": [d.model_dump(mode="json") for d in decisions]},
-                         headers={"x-reflection-actions": actions})
+            return _json(
+                {"id": row.id, "decisions": [d.model_dump(mode="json") for d in decisions]},
+                headers={"x-reflection-actions": actions},
+            )
         return _json({"id": row.id, **decided.model_dump(mode="json")}, headers={"x-reflection-actions": actions})
 
-    @app.post(_guardrail.PATH, tags=["integrations"], response_model=_guardrail.GuardrailResponse,
-              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                  "schema": _guardrail.GuardrailRequest.model_json_schema()}}}})
+    @app.post(
+        _guardrail.PATH,
+        tags=["integrations"],
+        response_model=_guardrail.GuardrailResponse,
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _guardrail.GuardrailRequest.model_json_schema()}},
+            }
+        },
+    )
     async def litellm_guardrail(request: Request) -> Response:
         """LiteLLM's Generic Guardrail API: every tool call in `tool_calls` is gated against `tools`
         with `structured_messages` as the conversation. Allowed: `NONE`; otherwise `BLOCKED`
@@ -321,13 +359,28 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         answer = await _guardrail.apply(tenant.gate, body, tenant.metrics, started=arrival(request.scope))
         return _json(answer, headers={"x-reflection-actions": ",".join(answer["reflection"]["actions"])})
 
-    @app.post("/v1/chat/completions", tags=["gateway"],
-              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                  "schema": {"type": "object", "description": "An OpenAI Chat Completions request."}}}}},
-              responses={200: {"description": "The upstream's completion (or event stream) with a `reflection` "
-                                              "field and X-Reflection-* headers."},
-                         404: {"model": Problem, "description": "No upstream configured."},
-                         502: {"model": Problem, "description": "The upstream could not be reached."}})
+    @app.post(
+        "/v1/chat/completions",
+        tags=["gateway"],
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {"type": "object", "description": "An OpenAI Chat Completions request."}
+                    }
+                },
+            }
+        },
+        responses={
+            200: {
+                "description": "The upstream's completion (or event stream) with a `reflection` "
+                "field and X-Reflection-* headers."
+            },
+            404: {"model": Problem, "description": "No upstream configured."},
+            502: {"model": Problem, "description": "The upstream could not be reached."},
+        },
+    )
     async def chat_completions(request: Request) -> Response:
         """OpenAI-compatible gateway: forwards to `upstream.base_url` and gates every tool call in
         the reply (allow, modify, reflect with bounded re-asks, deny, escalate). Requests without
@@ -338,13 +391,28 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         raw = await request.body()
         return await gateway.handle(raw, request.headers, request.scope.get("state", {}))
 
-    @app.post("/v1/responses", tags=["gateway"],
-              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                  "schema": {"type": "object", "description": "An OpenAI Responses API request."}}}}},
-              responses={200: {"description": "The upstream's response (or event stream) with a `reflection` "
-                                              "field and X-Reflection-* headers."},
-                         404: {"model": Problem, "description": "No upstream configured."},
-                         502: {"model": Problem, "description": "The upstream could not be reached."}})
+    @app.post(
+        "/v1/responses",
+        tags=["gateway"],
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {"type": "object", "description": "An OpenAI Responses API request."}
+                    }
+                },
+            }
+        },
+        responses={
+            200: {
+                "description": "The upstream's response (or event stream) with a `reflection` "
+                "field and X-Reflection-* headers."
+            },
+            404: {"model": Problem, "description": "No upstream configured."},
+            502: {"model": Problem, "description": "The upstream could not be reached."},
+        },
+    )
     async def responses(request: Request) -> Response:
         """OpenAI Responses API gateway: forwards to `{upstream.base_url}/responses` and gates every
         `function_call` output item as `/v1/chat/completions` gates tool calls."""
@@ -353,13 +421,26 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
             raise HTTPException(404, "no upstream configured: set upstream.base_url in the config to use the gateway")
         return await gateway.handle_responses(await request.body(), request.headers, request.scope.get("state", {}))
 
-    @app.post("/v1/messages", tags=["gateway"],
-              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                  "schema": {"type": "object", "description": "An Anthropic Messages request."}}}}},
-              responses={200: {"description": "The upstream's message (or event stream) with a `reflection` "
-                                              "field and X-Reflection-* headers."},
-                         404: {"model": Problem, "description": "No Anthropic upstream configured."},
-                         502: {"model": Problem, "description": "The upstream could not be reached."}})
+    @app.post(
+        "/v1/messages",
+        tags=["gateway"],
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"type": "object", "description": "An Anthropic Messages request."}}
+                },
+            }
+        },
+        responses={
+            200: {
+                "description": "The upstream's message (or event stream) with a `reflection` "
+                "field and X-Reflection-* headers."
+            },
+            404: {"model": Problem, "description": "No Anthropic upstream configured."},
+            502: {"model": Problem, "description": "The upstream could not be reached."},
+        },
+    )
     async def messages(request: Request) -> Response:
         """Anthropic Messages gateway: forwards to `{upstream.anthropic_base_url}/messages` and gates
         every `tool_use` block. With service keys, send the service key in `x-reflection-api-key`
@@ -371,9 +452,15 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
 
     routes = [route.path for route in app.routes]  # type: ignore[attr-defined]
     service = config.service
-    hot = {"/v1/check": check_route, "/v1/chat/completions": chat_completions, "/v1/gate": gate_route,
-           "/v1/reflect": reflect_route, _guardrail.PATH: litellm_guardrail, "/v1/responses": responses,
-           "/v1/messages": messages}
+    hot = {
+        "/v1/check": check_route,
+        "/v1/chat/completions": chat_completions,
+        "/v1/gate": gate_route,
+        "/v1/reflect": reflect_route,
+        _guardrail.PATH: litellm_guardrail,
+        "/v1/responses": responses,
+        "/v1/messages": messages,
+    }
     keys = service.key_tenants()
     return ServiceMiddleware(
         _HotRoutes(app, hot),
@@ -460,4 +547,3 @@ def _version() -> str:
     from reflection import __version__
 
     return __version__
-

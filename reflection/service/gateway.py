@@ -75,8 +75,15 @@ if TYPE_CHECKING:
 
 __all__ = ["Gateway"]
 
-_NOT_UPSTREAM = HOP_BY_HOP | {"authorization", AUTH_HEADER, "accept-encoding", "cookie", "expect",
-                              "content-encoding", "x-api-key"}
+_NOT_UPSTREAM = HOP_BY_HOP | {
+    "authorization",
+    AUTH_HEADER,
+    "accept-encoding",
+    "cookie",
+    "expect",
+    "content-encoding",
+    "x-api-key",
+}
 _TOOLS = frozenset({"tools"})
 _DEFAULT_MAX_CALLS = 1024
 
@@ -94,9 +101,17 @@ class Gateway:
     `connections` upstream requests at once (or on `session`, which the caller closes). Create it
     inside a running event loop (see `_upstream.UpstreamClient`)."""
 
-    def __init__(self, upstream: UpstreamConfig, gate: Gate, metrics: TenantMetrics, *, connections: int = 256,
-                 session: aiohttp.ClientSession | None = None, max_calls: int = _DEFAULT_MAX_CALLS,
-                 max_body_bytes: int = 4_000_000):
+    def __init__(
+        self,
+        upstream: UpstreamConfig,
+        gate: Gate,
+        metrics: TenantMetrics,
+        *,
+        connections: int = 256,
+        session: aiohttp.ClientSession | None = None,
+        max_calls: int = _DEFAULT_MAX_CALLS,
+        max_body_bytes: int = 4_000_000,
+    ):
         self.upstream = upstream
         self.gate = gate
         self.metrics = metrics
@@ -142,13 +157,17 @@ class Gateway:
         return await self._handle("messages", raw, headers, state)
 
     async def _handle(self, api: str, raw: bytes, headers: Mapping[str, str], state: Mapping[str, Any]) -> Response:
-        out_headers = self._anthropic_headers(headers, state) if api == "messages" else \
-            self._upstream_headers(headers, state)
+        out_headers = (
+            self._anthropic_headers(headers, state) if api == "messages" else self._upstream_headers(headers, state)
+        )
         if isinstance(out_headers, Response):
             return out_headers
         secrets = _secrets(headers, out_headers)
-        url = self.url if api == "chat" else \
-            self.client.url_for(_responses.DIALECT if api == "responses" else _anthropic.DIALECT)
+        url = (
+            self.url
+            if api == "chat"
+            else self.client.url_for(_responses.DIALECT if api == "responses" else _anthropic.DIALECT)
+        )
         try:
             raw, body = self._read_request(raw, headers)
             if body is None:
@@ -156,8 +175,18 @@ class Gateway:
                     out_headers["accept-encoding"] = headers["accept-encoding"]
                 return await self.client.pass_through(url, raw, out_headers, secrets)
             owner = _owner(headers, state) if api == "responses" else b""
-            call = Call(self.client, self.gate, self.metrics, self.max_calls, body, out_headers, secrets,
-                        state.get(ARRIVED), state.get(DEADLINE), owner)
+            call = Call(
+                self.client,
+                self.gate,
+                self.metrics,
+                self.max_calls,
+                body,
+                out_headers,
+                secrets,
+                state.get(ARRIVED),
+                state.get(DEADLINE),
+                owner,
+            )
             if api == "responses":
                 return await _responses.answer(call, raw, self.responses)
             if api == "messages":
@@ -175,8 +204,13 @@ class Gateway:
         if encoding in ("gzip", "x-gzip", "deflate"):
             raw = decompressed(raw, encoding, self.max_body_bytes)
         elif encoding not in ("", "identity"):
-            raise Refused(problem(415, f"request bodies encoded with {plain_line(encoding, 40)!r} are not accepted; "
-                                       "send identity, gzip or deflate"))
+            raise Refused(
+                problem(
+                    415,
+                    f"request bodies encoded with {plain_line(encoding, 40)!r} are not accepted; "
+                    "send identity, gzip or deflate",
+                )
+            )
         try:
             # `tools` stays JSON text: the gate's spec cache is keyed by it, so a client that sends
             # the same tools on every request has them read once.
@@ -200,8 +234,11 @@ class Gateway:
         if self.upstream.api_key_env:
             key = os.environ.get(self.upstream.api_key_env)
             if not key:
-                return problem(502, f"the upstream key is not set: environment variable {self.upstream.api_key_env} "
-                                    "(upstream.api_key_env) is empty")
+                return problem(
+                    502,
+                    f"the upstream key is not set: environment variable {self.upstream.api_key_env} "
+                    "(upstream.api_key_env) is empty",
+                )
             out["authorization"] = f"Bearer {key}"
         elif state.get("auth_header") != "authorization" and "authorization" in headers:
             # The client's own key for the upstream (the service key, if any, came in AUTH_HEADER).
@@ -220,8 +257,11 @@ class Gateway:
         if env:
             key = os.environ.get(env)
             if not key:
-                return problem(502, f"the Anthropic key is not set: environment variable {env} "
-                                    "(upstream.anthropic_api_key_env) is empty")
+                return problem(
+                    502,
+                    f"the Anthropic key is not set: environment variable {env} "
+                    "(upstream.anthropic_api_key_env) is empty",
+                )
             out["x-api-key"] = key
             return out
         used = state.get("auth_header")
@@ -240,8 +280,9 @@ class Gateway:
         upstream_headers = response.headers
         data = read_reply(await self.client.read(response))
         if not isinstance(data, dict):
-            return self.client.failed("unreadable", 502, "the upstream's answer is not JSON, so the tool calls in it "
-                                                         "could not be checked")
+            return self.client.failed(
+                "unreadable", 502, "the upstream's answer is not JSON, so the tool calls in it could not be checked"
+            )
         choices = data.get("choices")
         turns: list[Turn] = []
         if isinstance(choices, list):
@@ -276,17 +317,27 @@ class Gateway:
         async def end() -> AsyncIterator[bytes]:
             for index, state in choices.items():  # a stream that ended without finishing a choice
                 if not state.finished and state.has_calls():
-                    async for out in self._finish_choice(call, state, index, {"index": index, "delta": {}},
-                                                         "tool_calls", budget, usage):
+                    async for out in self._finish_choice(
+                        call, state, index, {"index": index, "delta": {}}, "tool_calls", budget, usage
+                    ):
                         yield out
 
-        return relay(response, call.deadline, self.upstream.max_response_bytes, each=each, end=end,
-                     unfinished=finished, refused=data_event,
-                     broken=lambda why: data_event({"error": {"message": why, "type": "reflection_gateway_error",
-                                                              "code": None}}))
+        return relay(
+            response,
+            call.deadline,
+            self.upstream.max_response_bytes,
+            each=each,
+            end=end,
+            unfinished=finished,
+            refused=data_event,
+            broken=lambda why: data_event(
+                {"error": {"message": why, "type": "reflection_gateway_error", "code": None}}
+            ),
+        )
 
-    async def _relay_event(self, call: Call, event: Event, choices: dict[int, ChatChoice], budget: Budget,
-                           usage: list[Any]) -> AsyncIterator[bytes]:
+    async def _relay_event(
+        self, call: Call, event: Event, choices: dict[int, ChatChoice], budget: Budget, usage: list[Any]
+    ) -> AsyncIterator[bytes]:
         payload = event.data
         if payload is None:
             yield event.encode()  # comments, retry hints
@@ -296,8 +347,11 @@ class Gateway:
             return
         chunk = read_reply(payload.encode())
         if chunk is UNREADABLE:
-            raise Refused(problem(502, "the upstream sent an event that is not JSON, so the tool calls in it could "
-                                         "not be checked"))
+            raise Refused(
+                problem(
+                    502, "the upstream sent an event that is not JSON, so the tool calls in it could not be checked"
+                )
+            )
         if not isinstance(chunk, dict) or not isinstance(chunk.get("choices"), list) or not chunk["choices"]:
             if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict) and usage:
                 chunk["usage"] = usage_sum(chunk["usage"], usage)  # the usage chunk: every round's
@@ -317,14 +371,23 @@ class Gateway:
             rest = {k: v for k, v in delta.items() if k not in ("tool_calls", "function_call")}
             finish = choice.get("finish_reason")
             if finish is not None:
-                async for out in self._finish_choice(call, state, index, {**choice, "delta": rest}, finish, budget,
-                                                     usage):
+                async for out in self._finish_choice(
+                    call, state, index, {**choice, "delta": rest}, finish, budget, usage
+                ):
                     yield out
             elif rest or ("tool_calls" not in delta and "function_call" not in delta):
                 yield data_event({**base, "choices": [{**choice, "delta": rest}]})
 
-    async def _finish_choice(self, call: Call, state: ChatChoice, index: int, out: dict[str, Any], finish: str,
-                             budget: Budget, usage: list[Any]) -> AsyncIterator[bytes]:
+    async def _finish_choice(
+        self,
+        call: Call,
+        state: ChatChoice,
+        index: int,
+        out: dict[str, Any],
+        finish: str,
+        budget: Budget,
+        usage: list[Any],
+    ) -> AsyncIterator[bytes]:
         """Gate the choice's held calls together and send what comes of them, then its finish chunk."""
         state.finished = True
         base = state.base
@@ -338,15 +401,31 @@ class Gateway:
         for position, sent in enumerate(turn.calls):
             function = sent.get("function", {}) if isinstance(sent, dict) else {}
             if state.legacy:
-                delta: dict[str, Any] = {"function_call": {"name": function.get("name"), "arguments": function.get("arguments")}}
+                delta: dict[str, Any] = {
+                    "function_call": {"name": function.get("name"), "arguments": function.get("arguments")}
+                }
             else:
-                delta = {"tool_calls": [{"index": position, "id": sent.get("id"), "type": "function",
-                                         "function": {"name": function.get("name"), "arguments": function.get("arguments")}}]}
+                delta = {
+                    "tool_calls": [
+                        {
+                            "index": position,
+                            "id": sent.get("id"),
+                            "type": "function",
+                            "function": {"name": function.get("name"), "arguments": function.get("arguments")},
+                        }
+                    ]
+                }
             yield data_event({**base, "choices": [{"index": index, "delta": delta, "finish_reason": None}]})
         if turn.notes:
             lead = "\n\n" if state.text_sent else ""
-            yield data_event({**base, "choices": [{"index": index, "delta": {"content": lead + "\n".join(turn.notes)},
-                                                   "finish_reason": None}]})
+            yield data_event(
+                {
+                    **base,
+                    "choices": [
+                        {"index": index, "delta": {"content": lead + "\n".join(turn.notes)}, "finish_reason": None}
+                    ],
+                }
+            )
         if finish in ("tool_calls", "function_call") and not turn.calls:
             finish = "stop"
         summary = report([turn])
@@ -359,8 +438,13 @@ class Gateway:
 def _secrets(headers: Mapping[str, str], out_headers: Mapping[str, str]) -> list[bytes]:
     """The keys in play on this request (the client's and the upstream's), to redact from what the upstream says."""
     found = []
-    for value in (headers.get("authorization"), headers.get(AUTH_HEADER), headers.get("x-api-key"),
-                  out_headers.get("authorization"), out_headers.get("x-api-key")):
+    for value in (
+        headers.get("authorization"),
+        headers.get(AUTH_HEADER),
+        headers.get("x-api-key"),
+        out_headers.get("authorization"),
+        out_headers.get("x-api-key"),
+    ):
         if value:
             token = value.partition(" ")[2] if value.lower().startswith("bearer ") else value
             if len(token.strip()) >= 8:

@@ -59,8 +59,19 @@ from reflection.formats import mcp_call, mcp_corrected_params, normalize_tools
 if TYPE_CHECKING:
     from reflection.gate import Gate
 
-__all__ = ["HttpFront", "LineSplitter", "McpProxy", "ServerProcess", "UnreadableMessage", "correction_note",
-           "decode_line", "http_upstream", "run_proxy", "stdio_streams", "stdio_upstream"]
+__all__ = [
+    "HttpFront",
+    "LineSplitter",
+    "McpProxy",
+    "ServerProcess",
+    "UnreadableMessage",
+    "correction_note",
+    "decode_line",
+    "http_upstream",
+    "run_proxy",
+    "stdio_streams",
+    "stdio_upstream",
+]
 
 log = logging.getLogger("reflection.service.mcp")
 
@@ -210,7 +221,7 @@ async def stdio_streams(stdin_fd: int = 0, stdout_fd: int = 1) -> AsyncIterator[
                 data = memoryview(_encode(item))
                 while data:
                     try:
-                        data = data[os.write(stdout_fd, data):]
+                        data = data[os.write(stdout_fd, data) :]
                     except BrokenPipeError:
                         return  # the client is gone; what is left to write has no reader
         finally:
@@ -344,8 +355,17 @@ class McpProxy:
     `UnreadableMessage` says what could be recovered). `server_ended` says why the server's
     stream ended; `request_timeout` bounds the proxy's own requests."""
 
-    def __init__(self, gate: Gate, client_read: Any, client_write: Any, server_read: Any, server_write: Any, *,
-                 server_ended: Callable[[], Awaitable[str]] | None = None, request_timeout: float = REQUEST_TIMEOUT):
+    def __init__(
+        self,
+        gate: Gate,
+        client_read: Any,
+        client_write: Any,
+        server_read: Any,
+        server_write: Any,
+        *,
+        server_ended: Callable[[], Awaitable[str]] | None = None,
+        request_timeout: float = REQUEST_TIMEOUT,
+    ):
         self.gate = gate
         self.client_read, self.client_write = client_read, client_write
         self.server_read, self.server_write = server_read, server_write
@@ -388,8 +408,10 @@ class McpProxy:
             elif isinstance(message, types.JSONRPCNotification) and message.method == "tools/call":
                 # Without an id (absent, null, or not a string or integer) nobody can be told
                 # the outcome; forwarding it would run a call nobody checked.
-                log.warning("tools/call without an id dropped: a notification cannot be answered",
-                            extra={"event": "mcp_tools_call_without_id"})
+                log.warning(
+                    "tools/call without an id dropped: a notification cannot be answered",
+                    extra={"event": "mcp_tools_call_without_id"},
+                )
             else:
                 if isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
                     # A cancelled request may never be answered: stop waiting for it, and a call
@@ -401,7 +423,9 @@ class McpProxy:
     async def _client_request(self, item: SessionMessage, message: types.JSONRPCRequest) -> None:
         key = _key(message.id)
         if key in self._pending:
-            await self._error_to_client(message.id, _INVALID_REQUEST, "reflection: a request with this id is still pending")
+            await self._error_to_client(
+                message.id, _INVALID_REQUEST, "reflection: a request with this id is still pending"
+            )
             return
         if self.server_gone is not None:
             await self._error_to_client(message.id, _INTERNAL_ERROR, f"reflection: {self.server_gone}")
@@ -425,9 +449,17 @@ class McpProxy:
         if method is not None:  # a request: its sender waits for an answer
             await self._error_to_client(id_, _PARSE_ERROR, f"reflection: the request could not be read: {reason}")
         else:  # the client's answer to a server request: the server waits for it
-            await self._to_server(SessionMessage(types.JSONRPCError(
-                jsonrpc="2.0", id=id_, error=types.ErrorData(
-                    code=_PARSE_ERROR, message=f"reflection: the client's answer could not be read: {reason}"))))
+            await self._to_server(
+                SessionMessage(
+                    types.JSONRPCError(
+                        jsonrpc="2.0",
+                        id=id_,
+                        error=types.ErrorData(
+                            code=_PARSE_ERROR, message=f"reflection: the client's answer could not be read: {reason}"
+                        ),
+                    )
+                )
+            )
 
     async def _to_server(self, item: SessionMessage) -> bool:
         """Send to the server; False when it is gone."""
@@ -455,7 +487,9 @@ class McpProxy:
         waiting = [(key, request) for key, request in self._pending.items() if key not in self._unsent]
         for key, request in waiting:
             del self._pending[key]
-            await self._error_to_client(key[1], _INTERNAL_ERROR, f"reflection: {reason} before answering {request.method}")
+            await self._error_to_client(
+                key[1], _INTERNAL_ERROR, f"reflection: {reason} before answering {request.method}"
+            )
 
     async def _from_server(self) -> None:
         async for item in self.server_read:
@@ -483,15 +517,19 @@ class McpProxy:
             # it could answer a refused call with the server's words.
             if request is not None:
                 self._pending[_key(message.id)] = request
-            log.warning("answer with an id no pending request has, dropped: %s", _quoted(message.id),
-                        extra={"event": "mcp_wrong_id"})
+            log.warning(
+                "answer with an id no pending request has, dropped: %s",
+                _quoted(message.id),
+                extra={"event": "mcp_wrong_id"},
+            )
             return
         if isinstance(message, types.JSONRPCResponse):
             if request.method == "tools/list":
                 self._learn(message.result)
             if request.note is not None:
-                item = SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=message.id,
-                                                            result=_with_note(message.result, request.note)))
+                item = SessionMessage(
+                    types.JSONRPCResponse(jsonrpc="2.0", id=message.id, result=_with_note(message.result, request.note))
+                )
         elif request.note is not None:
             error = message.error.model_copy(update={"message": f"{message.error.message} ({request.note})"})
             item = SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error))
@@ -505,8 +543,17 @@ class McpProxy:
         if id_ is None:
             return
         if method is not None:  # the server's own request: answer it, don't relay it
-            await self._to_server(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=id_, error=types.ErrorData(
-                code=_PARSE_ERROR, message=f"reflection: the request could not be read: {reason}"))))
+            await self._to_server(
+                SessionMessage(
+                    types.JSONRPCError(
+                        jsonrpc="2.0",
+                        id=id_,
+                        error=types.ErrorData(
+                            code=_PARSE_ERROR, message=f"reflection: the request could not be read: {reason}"
+                        ),
+                    )
+                )
+            )
             return
         own = self._own.pop(id_, None) if isinstance(id_, str) else None
         if own is not None:
@@ -516,8 +563,11 @@ class McpProxy:
         if key in self._pending and key not in self._unsent:
             request = self._pending.pop(key)
             note = f" ({request.note})" if request.note else ""
-            await self._error_to_client(id_, _INTERNAL_ERROR,
-                                        f"reflection: the MCP server's answer to {request.method} could not be read: {reason}{note}")
+            await self._error_to_client(
+                id_,
+                _INTERNAL_ERROR,
+                f"reflection: the MCP server's answer to {request.method} could not be read: {reason}{note}",
+            )
 
     # -- tools ---------------------------------------------------------------------------------
 
@@ -557,8 +607,12 @@ class McpProxy:
             with anyio.move_on_after(self.request_timeout):
                 async with receive:
                     return await receive.receive()
-            log.warning("the MCP server did not answer the proxy's %s within %s s", method, self.request_timeout,
-                        extra={"event": "mcp_own_request_timeout"})
+            log.warning(
+                "the MCP server did not answer the proxy's %s within %s s",
+                method,
+                self.request_timeout,
+                extra={"event": "mcp_own_request_timeout"},
+            )
             return None
         except anyio.EndOfStream:
             return None
@@ -572,7 +626,11 @@ class McpProxy:
 
         `meta` is the client's request `_meta`: its protocol envelope (version, capabilities),
         which newer protocol versions require on every request, is sent along."""
-        envelope = {k: v for k, v in meta.items() if k.startswith("io.modelcontextprotocol/")} if isinstance(meta, dict) else {}
+        envelope = (
+            {k: v for k, v in meta.items() if k.startswith("io.modelcontextprotocol/")}
+            if isinstance(meta, dict)
+            else {}
+        )
         async with self._tools_lock:
             if self.tools is not None:
                 return
@@ -581,8 +639,11 @@ class McpProxy:
             with anyio.move_on_after(self.request_timeout) as deadline:
                 listed = await self._list_all(envelope)
             if deadline.cancelled_caught:
-                log.warning("the MCP server's tools could not be listed within %s s", self.request_timeout,
-                            extra={"event": "mcp_tools_list_failed"})
+                log.warning(
+                    "the MCP server's tools could not be listed within %s s",
+                    self.request_timeout,
+                    extra={"event": "mcp_tools_list_failed"},
+                )
             if listed is None:
                 return
             self._learn({"tools": list(listed.values())})
@@ -598,8 +659,11 @@ class McpProxy:
             answer = await self._request("tools/list", params)
             if not isinstance(answer, types.JSONRPCResponse):
                 reason = getattr(getattr(answer, "error", None), "message", None) or "no readable answer"
-                log.warning("the MCP server's tools could not be listed: %s", _quoted(reason, 200),
-                            extra={"event": "mcp_tools_list_failed"})
+                log.warning(
+                    "the MCP server's tools could not be listed: %s",
+                    _quoted(reason, 200),
+                    extra={"event": "mcp_tools_list_failed"},
+                )
                 return None
             tools = answer.result.get("tools") if isinstance(answer.result, dict) else None
             for tool in tools if isinstance(tools, list) else ():
@@ -648,11 +712,15 @@ class McpProxy:
             return
         if applied.runs == "corrected" and isinstance(applied.call, dict):
             corrected = mcp_corrected_params(params, call, applied.call)
-            self._pending[key] = _Pending("tools/call", correction_note(call["name"], call["arguments"], corrected["name"],
-                                                                       corrected["arguments"]))
+            self._pending[key] = _Pending(
+                "tools/call",
+                correction_note(call["name"], call["arguments"], corrected["name"], corrected["arguments"]),
+            )
             data = request.model_dump(by_alias=True, exclude_unset=True)
             self._unsent.discard(key)
-            if not await self._to_server(SessionMessage(types.jsonrpc_message_adapter.validate_python({**data, "params": corrected}))):
+            if not await self._to_server(
+                SessionMessage(types.jsonrpc_message_adapter.validate_python({**data, "params": corrected}))
+            ):
                 self._pending.pop(key, None)
                 await self._error_to_client(request.id, _INTERNAL_ERROR, f"reflection: {self.server_gone}")
             return
@@ -668,8 +736,9 @@ class McpProxy:
         await self._send_client(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=id_, result=data)))
 
     async def _error_to_client(self, id_: Any, code: int, text: str) -> None:
-        await self._send_client(SessionMessage(types.JSONRPCError(
-            jsonrpc="2.0", id=id_, error=types.ErrorData(code=code, message=text))))
+        await self._send_client(
+            SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=id_, error=types.ErrorData(code=code, message=text)))
+        )
 
     async def _send_client(self, item: SessionMessage) -> None:
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -753,8 +822,10 @@ def http_upstream(url: str, headers: dict[str, str] | None = None) -> Upstream:
 
     @asynccontextmanager
     async def connect() -> AsyncIterator[tuple[Any, Any, Callable[[], Awaitable[str]]]]:
-        async with create_mcp_http_client(headers=headers) as http, \
-                streamable_http_client(url, http_client=http) as (read, write):
+        async with (
+            create_mcp_http_client(headers=headers) as http,
+            streamable_http_client(url, http_client=http) as (read, write),
+        ):
             yield read, write, ended
 
     return connect
@@ -766,8 +837,17 @@ class HttpFront:
     (for a command, its own child server), ended with the session (DELETE, idle timeout or the
     proxy's shutdown). Run it with `serve()`."""
 
-    def __init__(self, gate: Gate, upstream: Upstream, *, path: str = "/mcp", request_timeout: float = REQUEST_TIMEOUT,
-                 max_sessions: int = 100, idle_timeout: float = 600.0, security_settings: Any = None):
+    def __init__(
+        self,
+        gate: Gate,
+        upstream: Upstream,
+        *,
+        path: str = "/mcp",
+        request_timeout: float = REQUEST_TIMEOUT,
+        max_sessions: int = 100,
+        idle_timeout: float = 600.0,
+        security_settings: Any = None,
+    ):
         self.gate = gate
         self.upstream = upstream
         self.path = path
@@ -792,7 +872,8 @@ class HttpFront:
         # Host and Origin first (a web page must not reach the tools by DNS rebinding), before
         # anything is opened for the request.
         refused = await TransportSecurityMiddleware(self.security_settings).validate_request(
-            Request(scope, receive), is_post=scope["method"] == "POST")
+            Request(scope, receive), is_post=scope["method"] == "POST"
+        )
         if refused is not None:
             await refused(scope, receive, send)
             return
@@ -819,7 +900,8 @@ class HttpFront:
         body = await _read_body(receive, _MAX_OPENING_BYTES) if scope.get("method") == "POST" else None
         if body is None or not _is_initialize(body):
             await _jsonrpc_error_response("Bad Request: a session starts with an initialize request", 400)(
-                scope, receive, send)
+                scope, receive, send
+            )
             return
         replayed = False
 
@@ -831,8 +913,9 @@ class HttpFront:
             return await receive()
 
         session_id = uuid.uuid4().hex
-        transport = StreamableHTTPServerTransport(mcp_session_id=session_id, security_settings=self.security_settings,
-                                                  idle_timeout=self.idle_timeout)
+        transport = StreamableHTTPServerTransport(
+            mcp_session_id=session_id, security_settings=self.security_settings, idle_timeout=self.idle_timeout
+        )
         self.sessions[session_id] = transport
         status: list[int] = []
 
@@ -858,8 +941,15 @@ class HttpFront:
                 idle = transport.idle_scope or anyio.CancelScope()
                 with idle:
                     async with self.upstream() as (server_read, server_write, ended):
-                        await McpProxy(self.gate, client_read, client_write, server_read, server_write,
-                                       server_ended=ended, request_timeout=self.request_timeout).run()
+                        await McpProxy(
+                            self.gate,
+                            client_read,
+                            client_write,
+                            server_read,
+                            server_write,
+                            server_ended=ended,
+                            request_timeout=self.request_timeout,
+                        ).run()
         except Exception:
             log.exception("MCP session ended by an error", extra={"event": "mcp_session_failed"})
         finally:
@@ -879,8 +969,10 @@ class HttpFront:
         if self.security_settings is None:
             names = ["127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host]
             self.security_settings = TransportSecuritySettings(
-                enable_dns_rebinding_protection=True, allowed_hosts=[f"{name}:*" for name in names],
-                allowed_origins=[f"{scheme}://{name}:*" for name in names for scheme in ("http", "https")])
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=[f"{name}:*" for name in names],
+                allowed_origins=[f"{scheme}://{name}:*" for name in names for scheme in ("http", "https")],
+            )
 
         class _Server(uvicorn.Server):
             @contextmanager
@@ -888,8 +980,18 @@ class HttpFront:
                 yield
 
         app = RequestBodyLimitMiddleware(self, _MAX_BODY_BYTES)
-        server = _Server(uvicorn.Config(app, host=host, port=port, lifespan="off", log_config=None,
-                                        access_log=False, server_header=False, timeout_graceful_shutdown=2))
+        server = _Server(
+            uvicorn.Config(
+                app,
+                host=host,
+                port=port,
+                lifespan="off",
+                log_config=None,
+                access_log=False,
+                server_header=False,
+                timeout_graceful_shutdown=2,
+            )
+        )
         async with anyio.create_task_group() as tg:
             self._tg = tg
 
@@ -931,8 +1033,9 @@ def _is_initialize(body: bytes) -> bool:
 def _jsonrpc_error_response(message: str, status: int) -> Any:
     from starlette.responses import JSONResponse
 
-    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": _INVALID_REQUEST, "message": message}},
-                        status_code=status)
+    return JSONResponse(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": _INVALID_REQUEST, "message": message}}, status_code=status
+    )
 
 
 async def _stop_on_signal(stop: Callable[[int], None]) -> None:
@@ -943,9 +1046,15 @@ async def _stop_on_signal(stop: Callable[[int], None]) -> None:
             return
 
 
-async def run_proxy(command: Sequence[str], config: ReflectionConfig, *, url: str | None = None,
-                    headers: dict[str, str] | None = None, listen: tuple[str, int] | None = None,
-                    request_timeout: float = REQUEST_TIMEOUT) -> int:
+async def run_proxy(
+    command: Sequence[str],
+    config: ReflectionConfig,
+    *,
+    url: str | None = None,
+    headers: dict[str, str] | None = None,
+    listen: tuple[str, int] | None = None,
+    request_timeout: float = REQUEST_TIMEOUT,
+) -> int:
     """Check every tool call between MCP clients and an MCP server, until stdin ends (or, with
     `listen`, forever), SIGINT or SIGTERM.
 
@@ -957,7 +1066,9 @@ async def run_proxy(command: Sequence[str], config: ReflectionConfig, *, url: st
     from reflection.gate import Gate
 
     if bool(command) == bool(url):
-        raise ValueError("give the MCP server as a command (reflection mcp-proxy -- COMMAND ARGS...) or as --url, not both")
+        raise ValueError(
+            "give the MCP server as a command (reflection mcp-proxy -- COMMAND ARGS...) or as --url, not both"
+        )
     received: list[int] = []
     stop = anyio.Event()
 
@@ -976,6 +1087,7 @@ async def run_proxy(command: Sequence[str], config: ReflectionConfig, *, url: st
                 upstream = http_upstream(url, headers) if url else stdio_upstream(command, env=dict(os.environ))
                 await HttpFront(gate, upstream, request_timeout=request_timeout).serve(*listen, stop)
             else:
+
                 async def cancel_on_stop() -> None:
                     await stop.wait()
                     tg.cancel_scope.cancel()
@@ -984,13 +1096,27 @@ async def run_proxy(command: Sequence[str], config: ReflectionConfig, *, url: st
                 async with stdio_streams() as (client_read, client_write):
                     if url:
                         async with http_upstream(url, headers)() as (server_read, server_write, ended):
-                            await McpProxy(gate, client_read, client_write, server_read, server_write,
-                                           server_ended=ended, request_timeout=request_timeout).run()
+                            await McpProxy(
+                                gate,
+                                client_read,
+                                client_write,
+                                server_read,
+                                server_write,
+                                server_ended=ended,
+                                request_timeout=request_timeout,
+                            ).run()
                     else:
                         assert server is not None
                         tg.start_soon(server.pump)
-                        await McpProxy(gate, client_read, client_write, server.read, server.write,
-                                       server_ended=server.describe_end, request_timeout=request_timeout).run()
+                        await McpProxy(
+                            gate,
+                            client_read,
+                            client_write,
+                            server.read,
+                            server.write,
+                            server_ended=server.describe_end,
+                            request_timeout=request_timeout,
+                        ).run()
             tg.cancel_scope.cancel()
     finally:
         if server is not None:

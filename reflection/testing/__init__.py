@@ -81,13 +81,25 @@ class FakeJudge:
       "mixture" picks one per request). Scripted scores stay what they are.
     """
 
-    def __init__(self, *, base_url: str = "http://fake-judge.test/v1", model: str = "fake-judge",
-                 strict: bool = False, max_attempts: int = 3, reply_style: str = "exact"):
+    def __init__(
+        self,
+        *,
+        base_url: str = "http://fake-judge.test/v1",
+        model: str = "fake-judge",
+        strict: bool = False,
+        max_attempts: int = 3,
+        reply_style: str = "exact",
+    ):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.strict = strict
-        self.config = JudgeConfig(base_url=self.base_url, model=model, api_key=SecretStr("fake-key"),
-                                  max_attempts=max_attempts, retry_max_wait=0.0)
+        self.config = JudgeConfig(
+            base_url=self.base_url,
+            model=model,
+            api_key=SecretStr("fake-key"),
+            max_attempts=max_attempts,
+            retry_max_wait=0.0,
+        )
         self.requests: list[RecordedRequest] = []
         self.unexpected: list[str] = []
         self._scripts: dict[str, dict[str, Any]] = {}
@@ -96,20 +108,31 @@ class FakeJudge:
         try:
             import respx  # the `testing` extra; imported here so the plugin loads without it
         except ImportError:
-            raise ImportError('FakeJudge (and the fake_judge fixture) needs respx: pip install "toolcall-reflection[testing]"') from None
+            raise ImportError(
+                'FakeJudge (and the fake_judge fixture) needs respx: pip install "toolcall-reflection[testing]"'
+            ) from None
         self._router = respx.mock(base_url=self.base_url, assert_all_called=False, assert_all_mocked=True)
         self._router.post("/chat/completions").mock(side_effect=self._handle)
 
-    def script(self, check: str, *, score: int, explanation: str = "", evidence: list[str] | None = None,
-               confidence: float = 0.9, correction: dict[str, Any] | None = None) -> FakeJudge:
+    def script(
+        self,
+        check: str,
+        *,
+        score: int,
+        explanation: str = "",
+        evidence: list[str] | None = None,
+        confidence: float = 0.9,
+        correction: dict[str, Any] | None = None,
+    ) -> FakeJudge:
         """Set the reply for `check` on every later request that asks about it. The check
         `"score"` sets the reply to scoring requests (`reflection.scoring`'s judged metrics),
         which take only `score` and `explanation`."""
         if check == "score":
             self._scripts[check] = score_reply(score, explanation)
         else:
-            self._scripts[check] = check_reply(score, explanation=explanation, evidence=evidence,
-                                               confidence=confidence, correction=correction)
+            self._scripts[check] = check_reply(
+                score, explanation=explanation, evidence=evidence, confidence=confidence, correction=correction
+            )
         return self
 
     @property
@@ -143,7 +166,9 @@ class FakeJudge:
             kind, value = self._queued.popleft()
             if kind == "status":
                 status, headers = value
-                return httpx.Response(status, json={"error": {"message": f"fake judge status {status}"}}, headers=headers)
+                return httpx.Response(
+                    status, json={"error": {"message": f"fake judge status {status}"}}, headers=headers
+                )
             return httpx.Response(200, json=completion(value, body))
         if tuple(checks) == SCORE_REQUEST:
             reply = self._scripts.get("score") or score_reply(5, "fake judge default: pass")
@@ -151,9 +176,12 @@ class FakeJudge:
         unscripted = [c for c in checks if c not in self._scripts]
         if self.strict and unscripted:
             self.unexpected.append(f"request for unscripted checks {unscripted}")
-            return httpx.Response(418, json={"error": {"message": f"strict fake judge: unscripted checks {unscripted}"}})
-        reply = {name: self._scripts.get(name) or check_reply(5, explanation="fake judge default: pass")
-                 for name in checks}
+            return httpx.Response(
+                418, json={"error": {"message": f"strict fake judge: unscripted checks {unscripted}"}}
+            )
+        reply = {
+            name: self._scripts.get(name) or check_reply(5, explanation="fake judge default: pass") for name in checks
+        }
         return httpx.Response(200, json=self._styler.completion(reply, body))
 
     def __enter__(self) -> FakeJudge:

@@ -18,8 +18,9 @@ _SHOWN = 300
 """Characters of one argument list, explanation or quote shown in a failure message."""
 
 
-def assert_valid_call(call: Any, tools: Any, history: Any = None, *, config: ReflectionConfig | None = None,
-                      allow_unknown: bool = False) -> ReflectionResult | list[ReflectionResult]:
+def assert_valid_call(
+    call: Any, tools: Any, history: Any = None, *, config: ReflectionConfig | None = None, allow_unknown: bool = False
+) -> ReflectionResult | list[ReflectionResult]:
     """Reflect `call` and assert that it is valid; return the result (a list for several calls).
 
     Takes what `reflection.reflect` takes. With no judge in `config` (the default reads
@@ -58,13 +59,17 @@ def describe_failure(result: ReflectionResult) -> list[str]:
     for name, semantic in result.semantic.items():
         if semantic.status not in ("passed", "skipped"):
             lines.extend(_semantic_lines(name, semantic))
-    ungrounded = [f"{terminal_safe(g.path, one_line=True)} = {_short(dumps(g.value))}" for g in result.grounding if not g.grounded]
+    ungrounded = [
+        f"{terminal_safe(g.path, one_line=True)} = {_short(dumps(g.value))}" for g in result.grounding if not g.grounded
+    ]
     if ungrounded:
         lines.append(f"  values found nowhere in the conversation or the specs: {'; '.join(ungrounded)}")
     if result.static.correction is not None:
         fixed = result.static.correction
-        lines.append(f"  corrected call (passes the static checks): {terminal_safe(fixed.name, one_line=True)}"
-                     f"({_short(dumps(fixed.arguments))})")
+        lines.append(
+            f"  corrected call (passes the static checks): {terminal_safe(fixed.name, one_line=True)}"
+            f"({_short(dumps(fixed.arguments))})"
+        )
     if result.judge_skipped and not result.static.valid:
         lines.append(f"  judge not asked: {terminal_safe(result.judge_skipped, one_line=True)}")
     return lines

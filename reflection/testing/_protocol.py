@@ -48,11 +48,22 @@ def score_reply(score: int, explanation: str = "") -> dict[str, Any]:
     return {"explanation": explanation or f"scored {score}", "score": score}
 
 
-def check_reply(score: int, *, explanation: str = "", evidence: list[str] | None = None,
-                confidence: float = 0.9, correction: dict[str, Any] | None = None) -> dict[str, Any]:
+def check_reply(
+    score: int,
+    *,
+    explanation: str = "",
+    evidence: list[str] | None = None,
+    confidence: float = 0.9,
+    correction: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One check's reply object in the judge's reply schema."""
     if correction is not None:
-        correction = {"suggested_arguments_json": None, "better_function": None, "missing_prerequisite": None, **correction}
+        correction = {
+            "suggested_arguments_json": None,
+            "better_function": None,
+            "missing_prerequisite": None,
+            **correction,
+        }
         if isinstance(correction["suggested_arguments_json"], dict):
             correction["suggested_arguments_json"] = dumps(correction["suggested_arguments_json"])
     return {
@@ -64,8 +75,9 @@ def check_reply(score: int, *, explanation: str = "", evidence: list[str] | None
     }
 
 
-def completion(content: str | None, body: dict[str, Any], *, cached_tokens: int = 0,
-               finish_reason: str = "stop", **message: Any) -> dict[str, Any]:
+def completion(
+    content: str | None, body: dict[str, Any], *, cached_tokens: int = 0, finish_reason: str = "stop", **message: Any
+) -> dict[str, Any]:
     """A Chat Completions response carrying `content` (and any other `message` fields, such
     as `tool_calls` or `reasoning_content`), with token usage estimated from sizes."""
     prompt_chars = sum(len(m.get("content") or "") for m in body.get("messages", []))
@@ -76,8 +88,13 @@ def completion(content: str | None, body: dict[str, Any], *, cached_tokens: int 
         "object": "chat.completion",
         "created": 0,
         "model": body.get("model", "judge"),
-        "choices": [{"index": 0, "finish_reason": finish_reason,
-                     "message": {"role": "assistant", "content": content, **message}}],
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": finish_reason,
+                "message": {"role": "assistant", "content": content, **message},
+            }
+        ],
         "usage": {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
@@ -90,29 +107,29 @@ def completion(content: str | None, body: dict[str, Any], *, cached_tokens: int 
 # --- reply styles: how real models and servers wrap the same answer ------------------------
 
 REPLY_STYLES: tuple[str, ...] = (
-    "exact",               # one JSON object in our schema, as structured output gives it
-    "prose",               # "Here is my assessment: {...} Let me know if ..."
-    "fenced",              # a ```json fence between prose
-    "think",               # a <think> block (holding a different draft object) before the JSON
-    "reasoning_content",   # the reasoning (and a draft) in `reasoning_content` beside `content`
-    "reasoning",           # the same in a `reasoning` field
-    "string_scores",       # scores as "4" or 4.0
+    "exact",  # one JSON object in our schema, as structured output gives it
+    "prose",  # "Here is my assessment: {...} Let me know if ..."
+    "fenced",  # a ```json fence between prose
+    "think",  # a <think> block (holding a different draft object) before the JSON
+    "reasoning_content",  # the reasoning (and a draft) in `reasoning_content` beside `content`
+    "reasoning",  # the same in a `reasoning` field
+    "string_scores",  # scores as "4" or 4.0
     "percent_confidence",  # confidence as 85 or "85%"
-    "confidence_words",    # confidence as "high" / "medium" / "low"
-    "evidence_string",     # evidence as one string instead of a list
-    "missing_optional",    # no confidence, evidence or correction
-    "extra_keys",          # unknown keys beside the answers and inside them
-    "wrapped",             # the answers under one wrapper key: {"checks": {...}}
-    "case_names",          # check names in upper case
-    "bad_correction",      # prose for suggested_arguments_json, a better_function that is no tool
-    "single_quotes",       # near-JSON: single-quoted strings
-    "python_literals",     # near-JSON: Python's repr, True / None
-    "trailing_commas",     # near-JSON: a comma before every closing bracket
-    "double_encoded",      # the object encoded again as a JSON string
-    "tool_call",           # `content: null`, the JSON in a tool call's arguments
-    "truncated",           # cut in the middle, finish_reason "length" (see TRUNCATED_BUDGET)
-    "empty",               # an empty message the first time a request is seen
-    "mixture",             # each request in one of the styles above, picked from its content
+    "confidence_words",  # confidence as "high" / "medium" / "low"
+    "evidence_string",  # evidence as one string instead of a list
+    "missing_optional",  # no confidence, evidence or correction
+    "extra_keys",  # unknown keys beside the answers and inside them
+    "wrapped",  # the answers under one wrapper key: {"checks": {...}}
+    "case_names",  # check names in upper case
+    "bad_correction",  # prose for suggested_arguments_json, a better_function that is no tool
+    "single_quotes",  # near-JSON: single-quoted strings
+    "python_literals",  # near-JSON: Python's repr, True / None
+    "trailing_commas",  # near-JSON: a comma before every closing bracket
+    "double_encoded",  # the object encoded again as a JSON string
+    "tool_call",  # `content: null`, the JSON in a tool call's arguments
+    "truncated",  # cut in the middle, finish_reason "length" (see TRUNCATED_BUDGET)
+    "empty",  # an empty message the first time a request is seen
+    "mixture",  # each request in one of the styles above, picked from its content
 )
 """The `reply_style` values of `FakeJudge` and `StandInJudge`."""
 
@@ -122,8 +139,17 @@ TRUNCATED_BUDGET = 2048
 request with a larger budget, as a re-ask after a truncation sends, gets the whole reply."""
 
 _MIXED = REPLY_STYLES[:-1]
-_VALUE_STYLES = {"string_scores", "percent_confidence", "confidence_words", "evidence_string", "missing_optional",
-                 "extra_keys", "wrapped", "case_names", "bad_correction"}
+_VALUE_STYLES = {
+    "string_scores",
+    "percent_confidence",
+    "confidence_words",
+    "evidence_string",
+    "missing_optional",
+    "extra_keys",
+    "wrapped",
+    "case_names",
+    "bad_correction",
+}
 
 
 class ReplyStyler:
@@ -189,8 +215,11 @@ def _restyle(style: str, reply: dict[str, Any]) -> dict[str, Any]:
             answer["reasoning"] = "checked the values against the conversation"
             answer["passed"] = answer["score"] >= 3
         elif style == "bad_correction":
-            answer["correction"] = {"suggested_arguments_json": "use the date the user gave",
-                                    "better_function": "a_tool_that_does_not_exist", "missing_prerequisite": None}
+            answer["correction"] = {
+                "suggested_arguments_json": "use the date the user gave",
+                "better_function": "a_tool_that_does_not_exist",
+                "missing_prerequisite": None,
+            }
         out[name] = answer
     if style == "extra_keys":
         out["summary"] = "overall the call looks as reviewed above"
@@ -210,14 +239,20 @@ def _wrapped(style: str, reply: dict[str, Any], body: dict[str, Any]) -> dict[st
     if style == "exact":
         return completion(text, body)
     if style == "prose":
-        return completion(f"Here is my assessment of the tool call: {text} Let me know if you need anything else.", body)
+        return completion(
+            f"Here is my assessment of the tool call: {text} Let me know if you need anything else.", body
+        )
     if style == "fenced":
         pretty = json.dumps(reply, indent=2, ensure_ascii=False)
-        return completion(f"I reviewed the call against the conversation.\n\n```json\n{pretty}\n```\n\n"
-                          "Let me know if you need anything else.", body)
+        return completion(
+            f"I reviewed the call against the conversation.\n\n```json\n{pretty}\n```\n\n"
+            "Let me know if you need anything else.",
+            body,
+        )
     if style == "think":
-        return completion(f"<think>\nA first draft: {dumps(_draft(reply))}\nOn reflection I revise it.\n</think>\n\n{text}",
-                          body)
+        return completion(
+            f"<think>\nA first draft: {dumps(_draft(reply))}\nOn reflection I revise it.\n</think>\n\n{text}", body
+        )
     if style in ("reasoning_content", "reasoning"):
         reasoning: dict[str, Any] = {style: f"A first draft: {dumps(_draft(reply))}. On reflection I revise it."}
         return completion(text, body, **reasoning)
@@ -243,7 +278,9 @@ def _wrapped(style: str, reply: dict[str, Any], body: dict[str, Any]) -> dict[st
 def _near_json(value: Any, *, quote: str = '"', trailing: bool = False) -> str:
     """JSON text with single-quoted strings and/or a trailing comma in every container."""
     if isinstance(value, dict):
-        items = [f"{_near_json(k, quote=quote)}: {_near_json(v, quote=quote, trailing=trailing)}" for k, v in value.items()]
+        items = [
+            f"{_near_json(k, quote=quote)}: {_near_json(v, quote=quote, trailing=trailing)}" for k, v in value.items()
+        ]
         return "{" + ", ".join(items) + ("," if trailing and items else "") + "}"
     if isinstance(value, list):
         items = [_near_json(v, quote=quote, trailing=trailing) for v in value]
@@ -278,8 +315,9 @@ class BackgroundServer:
 
     def start(self) -> None:
         """Serve on a background thread; returns once the port is bound."""
-        self._thread = threading.Thread(target=lambda: asyncio.run(self.serve()),
-                                        name=self._thread_name.replace(" ", "-"), daemon=True)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self.serve()), name=self._thread_name.replace(" ", "-"), daemon=True
+        )
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError(f"the {self._thread_name} did not start within 10 s")

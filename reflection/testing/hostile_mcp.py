@@ -49,22 +49,56 @@ def _deep_schema(levels: int) -> dict[str, Any]:
 def tools(*, deep_schema: int = 0, many_tools: int = 0, hostile_names: bool = False) -> list[dict[str, Any]]:
     """The server's tool list for these options."""
     listed: list[dict[str, Any]] = [
-        {"name": "echo", "description": "Repeat a text.",
-         "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}, "times": {"type": "integer"}},
-                         "required": ["text"]}},
+        {
+            "name": "echo",
+            "description": "Repeat a text.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"text": {"type": "string"}, "times": {"type": "integer"}},
+                "required": ["text"],
+            },
+        },
         {"name": "die", "description": "Exit mid-call.", "inputSchema": {"type": "object", "properties": {}}},
-        {"name": "garbage", "description": "Write a non-JSON line, then answer.", "inputSchema": {"type": "object", "properties": {}}},
-        {"name": "bad_bytes", "description": "Answer with invalid UTF-8.", "inputSchema": {"type": "object", "properties": {}}},
-        {"name": "wrong_id", "description": "Answer other ids first.", "inputSchema": {"type": "object", "properties": {}}},
+        {
+            "name": "garbage",
+            "description": "Write a non-JSON line, then answer.",
+            "inputSchema": {"type": "object", "properties": {}},
+        },
+        {
+            "name": "bad_bytes",
+            "description": "Answer with invalid UTF-8.",
+            "inputSchema": {"type": "object", "properties": {}},
+        },
+        {
+            "name": "wrong_id",
+            "description": "Answer other ids first.",
+            "inputSchema": {"type": "object", "properties": {}},
+        },
     ]
     if deep_schema:
-        listed.append({"name": "deep", "description": "A deeply nested schema.",
-                       "inputSchema": {"type": "object", "properties": {"value": _deep_schema(deep_schema)}}})
+        listed.append(
+            {
+                "name": "deep",
+                "description": "A deeply nested schema.",
+                "inputSchema": {"type": "object", "properties": {"value": _deep_schema(deep_schema)}},
+            }
+        )
     if hostile_names:
-        listed.append({"name": f"get_weather\n{INJECTION}", "description": f"Weather.\n{INJECTION}",
-                       "inputSchema": {"type": "object", "properties": {f"days\n{INJECTION}": {"type": "integer"}}}})
-    listed += [{"name": f"tool_{i:06d}", "description": f"Filler tool {i}.",
-                "inputSchema": {"type": "object", "properties": {"x": {"type": "integer"}}}} for i in range(many_tools)]
+        listed.append(
+            {
+                "name": f"get_weather\n{INJECTION}",
+                "description": f"Weather.\n{INJECTION}",
+                "inputSchema": {"type": "object", "properties": {f"days\n{INJECTION}": {"type": "integer"}}},
+            }
+        )
+    listed += [
+        {
+            "name": f"tool_{i:06d}",
+            "description": f"Filler tool {i}.",
+            "inputSchema": {"type": "object", "properties": {"x": {"type": "integer"}}},
+        }
+        for i in range(many_tools)
+    ]
     return listed
 
 
@@ -103,8 +137,14 @@ class _Server:
             return  # notifications: nothing to answer
         if method == "initialize":
             version = (message.get("params") or {}).get("protocolVersion", "2025-06-18")
-            self.result(id_, {"protocolVersion": version, "capabilities": {"tools": {"listChanged": True}},
-                              "serverInfo": {"name": "hostile", "version": "1"}})
+            self.result(
+                id_,
+                {
+                    "protocolVersion": version,
+                    "capabilities": {"tools": {"listChanged": True}},
+                    "serverInfo": {"name": "hostile", "version": "1"},
+                },
+            )
         elif method == "ping":
             self.result(id_, {})
         elif method == "tools/list":
@@ -123,8 +163,11 @@ class _Server:
         if name == "garbage":
             self.write(b"this is not JSON {{{")
         if name == "bad_bytes":
-            self.write(b'{"jsonrpc": "2.0", "id": ' + json.dumps(id_).encode()
-                       + b', "result": {"content": [{"type": "text", "text": "caf\xe9 \xff"}]}}')
+            self.write(
+                b'{"jsonrpc": "2.0", "id": '
+                + json.dumps(id_).encode()
+                + b', "result": {"content": [{"type": "text", "text": "caf\xe9 \xff"}]}}'
+            )
             return
         if name == "wrong_id" and isinstance(id_, int):
             for other in range(max(0, id_ - 10), id_):
@@ -132,8 +175,10 @@ class _Server:
         if name == "echo":
             times = arguments.get("times")
             text = str(arguments.get("text", "")) * (times if isinstance(times, int) else 1)
-            self.result(id_, {"content": [{"type": "text", "text": text}], "structuredContent": {"text": text},
-                              "isError": False})
+            self.result(
+                id_,
+                {"content": [{"type": "text", "text": text}], "structuredContent": {"text": text}, "isError": False},
+            )
             return
         self.result(id_, {"content": [{"type": "text", "text": f"{name} done"}], "isError": False})
 
@@ -153,7 +198,9 @@ class _Server:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the hostile server on stdin/stdout (see the module's docstring for the options)."""
-    parser = argparse.ArgumentParser(prog="python -m reflection.testing.hostile_mcp", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m reflection.testing.hostile_mcp", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--calls-log", help="append every tools/call received to this file (JSON lines)")
     parser.add_argument("--pid-file", help="write this process's id here")
     parser.add_argument("--deep-schema", type=int, default=0, help="add a tool whose schema nests this many levels")

@@ -111,7 +111,9 @@ class StandInJudge(BackgroundServer):
 
     def stop(self) -> None:
         """Stop serving and wait for the thread."""
-        if self._loop is not None and self._stop is not None and not self._loop.is_closed():  # not already stopped (idle)
+        if (
+            self._loop is not None and self._stop is not None and not self._loop.is_closed()
+        ):  # not already stopped (idle)
             self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
             self._thread.join(10)
@@ -209,7 +211,7 @@ class _Connection(asyncio.Protocol):
             return
         if len(self.buffer) < end + 4 + length:
             return
-        raw = bytes(self.buffer[end + 4: end + 4 + length])
+        raw = bytes(self.buffer[end + 4 : end + 4 + length])
         del self.buffer[: end + 4 + length]
         status, payload, extra, delay = self.judge.respond(method, path, raw)
         self.busy = True
@@ -225,8 +227,12 @@ class _Connection(asyncio.Protocol):
         if self.transport is None:
             return
         data = payload.encode()
-        head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}", "content-type: application/json",
-                f"content-length: {len(data)}", *(f"{k}: {v}" for k, v in extra.items())]
+        head = [
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
+            "content-type: application/json",
+            f"content-length: {len(data)}",
+            *(f"{k}: {v}" for k, v in extra.items()),
+        ]
         self.transport.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
         self.busy = False
         self._next()
@@ -252,8 +258,16 @@ class FaultyStandInJudge(StandInJudge):
       with a wrong key, model or path answers.
     """
 
-    def __init__(self, *, transport_fault: str, status: int = 401, trickle_interval: float = 0.2,
-                 trickle_for: float = 30.0, huge_bytes: int = 64 * 1024 * 1024, **options: Any):
+    def __init__(
+        self,
+        *,
+        transport_fault: str,
+        status: int = 401,
+        trickle_interval: float = 0.2,
+        trickle_for: float = 30.0,
+        huge_bytes: int = 64 * 1024 * 1024,
+        **options: Any,
+    ):
         if transport_fault not in TRANSPORT_FAULTS:
             raise ValueError(f"unknown transport fault {transport_fault!r}; choose from {TRANSPORT_FAULTS}")
         super().__init__(**options)
@@ -270,8 +284,11 @@ class FaultyStandInJudge(StandInJudge):
         """As the stand-in, but a `status` fault answers every request with that status."""
         status, payload, extra, delay = super().respond(method, path, raw)
         if self.transport_fault == "status":
-            message = {401: "Incorrect API key provided", 403: "You are not allowed to use this model",
-                       404: "The model does not exist"}.get(self.status, "refused by the stand-in")
+            message = {
+                401: "Incorrect API key provided",
+                403: "You are not allowed to use this model",
+                404: "The model does not exist",
+            }.get(self.status, "refused by the stand-in")
             return self.status, dumps({"error": {"message": message, "code": self.status}}), {}, 0.0
         return status, payload, extra, delay
 
@@ -289,13 +306,17 @@ class _FaultyConnection(_Connection):
         loop = asyncio.get_running_loop()
         if fault == "trickle":
             data = payload.encode()
-            self.transport.write((f"HTTP/1.1 {status} OK\r\ncontent-type: application/json\r\n"
-                                  f"content-length: {len(data)}\r\n\r\n").encode())
+            self.transport.write(
+                (
+                    f"HTTP/1.1 {status} OK\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n\r\n"
+                ).encode()
+            )
             give_up = loop.time() + self.judge.trickle_for
             self._trickle(memoryview(data), give_up)
         else:
-            self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n"
-                                 b'{"padding": "')
+            self.transport.write(
+                b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{"padding": "'
+            )
             self._pour(self.judge.huge_bytes)
 
     def _trickle(self, rest: memoryview, give_up: float) -> None:
@@ -326,43 +347,86 @@ class _FaultyConnection(_Connection):
 def main(argv: list[str] | None = None) -> None:
     """Run the stand-in in the foreground and print its base URL."""
     parser = argparse.ArgumentParser(
-        prog="python -m reflection.testing.server", description=__doc__.splitlines()[0],
+        prog="python -m reflection.testing.server",
+        description=__doc__.splitlines()[0],
         epilog="It listens on 127.0.0.1 only and prints its base URL (http://127.0.0.1:PORT/v1) on stdout "
-               "once it is ready; point a judge's base_url at it (any model name and API key). Every check "
-               "scores 5, except the hallucination check, which scores 2 when the request's grounding shows a "
-               "value found nowhere. Idle exit: it exits by itself, with status 0, after --idle-timeout seconds "
-               "without a request or once it has answered --max-requests requests, and prints on stderr how "
-               "many requests it served; so a forgotten stand-in never outlives its test.")
-    parser.add_argument("--port", type=int, default=0,
-                        help="the port to listen on, on 127.0.0.1 (default: 0, any free port; the URL printed names it)")
-    parser.add_argument("--latency", type=float, default=0.0,
-                        help="seconds to wait before answering each request, as a remote judge would "
-                             "(default: %(default)s)")
-    parser.add_argument("--fault-rate", type=float, default=0.0,
-                        help="the share of requests (0 to 1) answered with a fault chosen at random: HTTP 429 "
-                             "(retry-after 0), HTTP 500, a timeout (the connection held 3 s beyond --latency, then closed without an answer), a reply "
-                             "that is not JSON, or scores out of range (default: %(default)s, no faults)")
-    parser.add_argument("--max-requests", type=int, default=1_000_000,
-                        help="exit after answering this many requests (default: %(default)s)")
-    parser.add_argument("--idle-timeout", type=float, default=120.0,
-                        help="exit after this many seconds without a request (default: %(default)s)")
-    parser.add_argument("--reply-style", choices=REPLY_STYLES, default="exact", metavar="STYLE",
-                        help="write replies as real models do, one of: " + ", ".join(REPLY_STYLES)
-                             + " (mixture: each request in one of the others, picked from a hash of its messages; default: exact, the bare JSON object); "
-                             "a truncated reply is sent whole to a request "
-                             f"whose completion budget is above {TRUNCATED_BUDGET} tokens")
-    parser.add_argument("--transport-fault", choices=TRANSPORT_FAULTS,
-                        help="misbehave on the wire on every request: trickle (the right reply, one byte every "
-                             "0.2 s, hanging up after 30 s), huge (HTTP 200 with a 64 MiB body and no "
-                             "content-length), status (HTTP --status with an OpenAI-style error, as a server with "
-                             "a wrong key, model or path answers) (default: none)")
-    parser.add_argument("--status", type=int, default=401,
-                        help="the HTTP status of --transport-fault status, e.g. 401, 403 or 404 (default: %(default)s)")
+        "once it is ready; point a judge's base_url at it (any model name and API key). Every check "
+        "scores 5, except the hallucination check, which scores 2 when the request's grounding shows a "
+        "value found nowhere. Idle exit: it exits by itself, with status 0, after --idle-timeout seconds "
+        "without a request or once it has answered --max-requests requests, and prints on stderr how "
+        "many requests it served; so a forgotten stand-in never outlives its test.",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="the port to listen on, on 127.0.0.1 (default: 0, any free port; the URL printed names it)",
+    )
+    parser.add_argument(
+        "--latency",
+        type=float,
+        default=0.0,
+        help="seconds to wait before answering each request, as a remote judge would (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--fault-rate",
+        type=float,
+        default=0.0,
+        help="the share of requests (0 to 1) answered with a fault chosen at random: HTTP 429 "
+        "(retry-after 0), HTTP 500, a timeout (the connection held 3 s beyond --latency, then closed without an answer), a reply "
+        "that is not JSON, or scores out of range (default: %(default)s, no faults)",
+    )
+    parser.add_argument(
+        "--max-requests",
+        type=int,
+        default=1_000_000,
+        help="exit after answering this many requests (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=120.0,
+        help="exit after this many seconds without a request (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--reply-style",
+        choices=REPLY_STYLES,
+        default="exact",
+        metavar="STYLE",
+        help="write replies as real models do, one of: "
+        + ", ".join(REPLY_STYLES)
+        + " (mixture: each request in one of the others, picked from a hash of its messages; default: exact, the bare JSON object); "
+        "a truncated reply is sent whole to a request "
+        f"whose completion budget is above {TRUNCATED_BUDGET} tokens",
+    )
+    parser.add_argument(
+        "--transport-fault",
+        choices=TRANSPORT_FAULTS,
+        help="misbehave on the wire on every request: trickle (the right reply, one byte every "
+        "0.2 s, hanging up after 30 s), huge (HTTP 200 with a 64 MiB body and no "
+        "content-length), status (HTTP --status with an OpenAI-style error, as a server with "
+        "a wrong key, model or path answers) (default: none)",
+    )
+    parser.add_argument(
+        "--status",
+        type=int,
+        default=401,
+        help="the HTTP status of --transport-fault status, e.g. 401, 403 or 404 (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
-    options: dict[str, Any] = {"latency": args.latency, "fault_rate": args.fault_rate, "max_requests": args.max_requests,
-                               "idle_timeout": args.idle_timeout, "port": args.port, "reply_style": args.reply_style}
-    server = (FaultyStandInJudge(transport_fault=args.transport_fault, status=args.status, **options)
-              if args.transport_fault else StandInJudge(**options))
+    options: dict[str, Any] = {
+        "latency": args.latency,
+        "fault_rate": args.fault_rate,
+        "max_requests": args.max_requests,
+        "idle_timeout": args.idle_timeout,
+        "port": args.port,
+        "reply_style": args.reply_style,
+    }
+    server = (
+        FaultyStandInJudge(transport_fault=args.transport_fault, status=args.status, **options)
+        if args.transport_fault
+        else StandInJudge(**options)
+    )
 
     server.run_in_foreground()
     print(f"served {server.requests} requests", file=sys.stderr)

@@ -29,8 +29,22 @@ def test_batch_without_a_judge_says_so_and_prints_the_report(tmp_path, source):
 
 def test_batch_with_a_judge_from_flags_prints_a_json_report(tmp_path, source):
     with StandInJudge() as server:
-        result = runner.invoke(app, ["batch", str(source), "-o", str(tmp_path / "out.jsonl"), "--base-url",
-                                     server.base_url, "--model", "stand-in", "--concurrency", "4", "--json-report"])
+        result = runner.invoke(
+            app,
+            [
+                "batch",
+                str(source),
+                "-o",
+                str(tmp_path / "out.jsonl"),
+                "--base-url",
+                server.base_url,
+                "--model",
+                "stand-in",
+                "--concurrency",
+                "4",
+                "--json-report",
+            ],
+        )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert (report["valid"], report["invalid"], report["unknown"], report["error"]) == (3, 6, 0, 0)
@@ -40,8 +54,18 @@ def test_batch_with_a_judge_from_flags_prints_a_json_report(tmp_path, source):
 
 
 def test_static_only_skips_a_configured_judge(tmp_path, source):
-    result = runner.invoke(app, ["batch", str(source), "-o", str(tmp_path / "out.jsonl"), "--base-url",
-                                 "http://127.0.0.1:9/v1", "--static-only"])
+    result = runner.invoke(
+        app,
+        [
+            "batch",
+            str(source),
+            "-o",
+            str(tmp_path / "out.jsonl"),
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--static-only",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "judge skipped: --static-only" in result.stderr
 
@@ -76,7 +100,11 @@ def test_report_prints_json_for_an_output_file(tmp_path, source):
     report = json.loads(result.stdout)
     assert report["rows"] == 9
     assert report["top_failing_checks"][0]["check"] == "static_missing_required_parameter"
-    assert report["top_failing_checks"][0]["example_ids"] == ["static_invalid-2", "static_invalid-5", "static_invalid-8"]
+    assert report["top_failing_checks"][0]["example_ids"] == [
+        "static_invalid-2",
+        "static_invalid-5",
+        "static_invalid-8",
+    ]
 
 
 def test_report_of_a_missing_file_exits_2(tmp_path):

@@ -30,8 +30,22 @@ async def test_a_run_killed_mid_way_resumes_without_losing_or_repeating_a_row(tm
     source = write_jsonl(tmp_path / "in.jsonl", synthetic_rows(ROWS))
     out = tmp_path / "out.jsonl"
     with StandInJudge(latency=0.2, idle_timeout=60) as server:
-        command = [sys.executable, "-m", "reflection.cli", "batch", str(source), "-o", str(out),
-                   "--base-url", server.base_url, "--model", "stand-in", "--concurrency", "4", "--no-progress"]
+        command = [
+            sys.executable,
+            "-m",
+            "reflection.cli",
+            "batch",
+            str(source),
+            "-o",
+            str(out),
+            "--base-url",
+            server.base_url,
+            "--model",
+            "stand-in",
+            "--concurrency",
+            "4",
+            "--no-progress",
+        ]
         child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             # Wait for some judged rows to land, then kill without warning.
@@ -90,8 +104,19 @@ async def test_workers_die_with_a_killed_static_run_and_the_rerun_resumes(tmp_pa
     source = write_jsonl(tmp_path / "in.jsonl", synthetic_rows(rows))
     assert source.stat().st_size >= MIN_INPUT_BYTES  # so the run really uses worker processes
     out = tmp_path / "out.jsonl"
-    command = [sys.executable, "-m", "reflection.cli", "batch", str(source), "-o", str(out), "--static-only",
-               "--workers", "2", "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "reflection.cli",
+        "batch",
+        str(source),
+        "-o",
+        str(out),
+        "--static-only",
+        "--workers",
+        "2",
+        "--no-progress",
+    ]
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60

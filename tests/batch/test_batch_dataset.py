@@ -52,7 +52,7 @@ async def test_rows_without_id_are_named_by_position_and_unusable_rows_become_er
     by_id = {r["id"]: r for r in out}
     assert set(by_id) == {"line-1", "no-call", "line-3"}
     assert by_id["line-1"]["overall_valid"] is True
-    assert "no \"call\" or \"tool_calls\" field" in by_id["no-call"]["error"]
+    assert 'no "call" or "tool_calls" field' in by_id["no-call"]["error"]
     assert "expected a JSON object" in by_id["line-3"]["error"]
 
 

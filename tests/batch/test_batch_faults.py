@@ -22,9 +22,15 @@ ROWS = 300
 
 
 def flaky_config(server, attempts):
-    return ReflectionConfig(judge=JudgeConfig(
-        base_url=server.base_url, model="stand-in", timeout=0.5, max_attempts=attempts, retry_max_wait=0.02,
-    ))
+    return ReflectionConfig(
+        judge=JudgeConfig(
+            base_url=server.base_url,
+            model="stand-in",
+            timeout=0.5,
+            max_attempts=attempts,
+            retry_max_wait=0.02,
+        )
+    )
 
 
 def allowed(kind):
@@ -42,7 +48,9 @@ def dataset(tmp_path):
 
 async def test_with_20_percent_faults_every_row_appears_once_with_no_wrong_verdict(tmp_path, dataset):
     with StandInJudge(fault_rate=0.2, timeout_delay=1.0, seed=7, idle_timeout=30) as server:
-        stats = await run_batch(dataset, tmp_path / "out.jsonl", config=flaky_config(server, 2), concurrency=32, cache=False)
+        stats = await run_batch(
+            dataset, tmp_path / "out.jsonl", config=flaky_config(server, 2), concurrency=32, cache=False
+        )
         faults = dict(server.fault_counts)
     rows = list(iter_output_rows(tmp_path / "out.jsonl"))
     ids = [r["id"] for r in rows]
@@ -63,12 +71,18 @@ async def test_with_20_percent_faults_every_row_appears_once_with_no_wrong_verdi
             assert reasons and all("after 2 request(s)" in r for r in reasons), reasons
     report = read_report(tmp_path / "out.jsonl")
     assert (report.valid, report.invalid, report.unknown, report.error) == (
-        counts["valid"], counts["invalid"], counts["unknown"], counts["error"])
+        counts["valid"],
+        counts["invalid"],
+        counts["unknown"],
+        counts["error"],
+    )
     assert set(faults) == set(FAULT_KINDS)  # every kind of fault was injected
     assert report.judge.requests > 200  # retries happened (200 rows reach the judge)
-    print(f"\nfault test: {ROWS + 1} rows -> valid {counts['valid']}, invalid {counts['invalid']}, "
-          f"unknown {counts['unknown']}, error {counts['error']}; judge requests {report.judge.requests}; "
-          f"injected faults {faults}")
+    print(
+        f"\nfault test: {ROWS + 1} rows -> valid {counts['valid']}, invalid {counts['invalid']}, "
+        f"unknown {counts['unknown']}, error {counts['error']}; judge requests {report.judge.requests}; "
+        f"injected faults {faults}"
+    )
 
 
 async def test_when_every_request_fails_judged_rows_are_unknown_with_the_reason(tmp_path):

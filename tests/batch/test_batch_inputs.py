@@ -76,8 +76,15 @@ def test_csv_json_columns_are_decoded_and_empty_cells_dropped(tmp_path):
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, ["id", "tools", "history", "call", "note"])
         writer.writeheader()
-        writer.writerow({"id": row["id"], "tools": json.dumps(row["tools"]), "history": json.dumps(row["history"]),
-                         "call": json.dumps(row["call"]), "note": "kept as text"})
+        writer.writerow(
+            {
+                "id": row["id"],
+                "tools": json.dumps(row["tools"]),
+                "history": json.dumps(row["history"]),
+                "call": json.dumps(row["call"]),
+                "note": "kept as text",
+            }
+        )
         writer.writerow({"id": "", "tools": "", "history": "", "call": json.dumps(row["call"]), "note": ""})
     first, second = read_source(path)
     assert first.raw == {**row, "note": "kept as text"}
@@ -103,12 +110,14 @@ def test_parquet_rows_accept_json_text_and_nested_columns(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     rows = [synthetic_row(i) for i in range(3)]
-    table = pa.table({
-        "id": [r["id"] for r in rows],
-        "tools": [json.dumps(r["tools"]) for r in rows],
-        "history": [r["history"] for r in rows],  # nested list<struct>
-        "call": [json.dumps(r["call"]) for r in rows],
-    })
+    table = pa.table(
+        {
+            "id": [r["id"] for r in rows],
+            "tools": [json.dumps(r["tools"]) for r in rows],
+            "history": [r["history"] for r in rows],  # nested list<struct>
+            "call": [json.dumps(r["call"]) for r in rows],
+        }
+    )
     path = tmp_path / "in.parquet"
     pq.write_table(table, path)
     got = list(inputs._read_parquet(path, batch_size=2))
@@ -140,7 +149,10 @@ def _lines_by_readline(f, limit):
             while not line.endswith(b"\n") and (line := f.readline(1 << 16)):
                 size += len(line)
             size -= line.endswith(b"\n")
-            yield number, f"line {number} is longer than the {limit:,}-byte limit (max_line_bytes): {size:,} bytes; it was skipped"
+            yield (
+                number,
+                f"line {number} is longer than the {limit:,}-byte limit (max_line_bytes): {size:,} bytes; it was skipped",
+            )
         else:
             yield number, line
 
@@ -158,9 +170,12 @@ class _Trickle(io.BytesIO):
 
 @pytest.mark.slow
 @settings(max_examples=400, deadline=None)
-@given(lines=st.lists(st.binary(max_size=40) | st.sampled_from([b"a" * 70_000, b"\r" * 9]), max_size=8),
-       end=st.sampled_from([b"", b"\n", b"\n\n"]), limit=st.sampled_from([1, 5, 10, 64, 70_000]),
-       step=st.sampled_from([None, 1, 3, 4096]))
+@given(
+    lines=st.lists(st.binary(max_size=40) | st.sampled_from([b"a" * 70_000, b"\r" * 9]), max_size=8),
+    end=st.sampled_from([b"", b"\n", b"\n\n"]),
+    limit=st.sampled_from([1, 5, 10, 64, 70_000]),
+    step=st.sampled_from([None, 1, 3, 4096]),
+)
 def test_lines_cut_out_of_blocks_are_the_lines_readline_gives(lines, end, limit, step):
     data = b"\n".join(line.replace(b"\n", b"") for line in lines) + end
     stream = io.BytesIO(data) if step is None else _Trickle(data, step)

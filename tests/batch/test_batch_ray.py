@@ -48,7 +48,10 @@ def test_map_batches_reflects_every_row_once_sharing_the_judge_concurrency(tmp_p
         if rid.startswith("sha-"):
             assert row["error"].startswith("not valid JSON")
         else:
-            assert row["overall_valid"] is {"valid": True, "ungrounded": False, "static_invalid": False}[rid.rsplit("-", 1)[0]]
+            assert (
+                row["overall_valid"]
+                is {"valid": True, "ungrounded": False, "static_invalid": False}[rid.rsplit("-", 1)[0]]
+            )
 
 
 def test_each_actor_gets_its_share_of_the_concurrency():
@@ -71,11 +74,21 @@ def test_a_batch_of_columns_with_json_text_is_reflected_in_process():
     rows = [synthetic_row(i) for i in range(3)]
     actor = ReflectBatches(ReflectionConfig(), judge_concurrency=4)
     try:
-        out = actor({"id": [r["id"] for r in rows], "call": [json.dumps(r["call"]) for r in rows],
-                     "tools": [json.dumps(r["tools"]) for r in rows], "history": [json.dumps(r["history"]) for r in rows]})
+        out = actor(
+            {
+                "id": [r["id"] for r in rows],
+                "call": [json.dumps(r["call"]) for r in rows],
+                "tools": [json.dumps(r["tools"]) for r in rows],
+                "history": [json.dumps(r["history"]) for r in rows],
+            }
+        )
     finally:
         actor.close()
     assert tuple(out.schema.names) == OUTPUT_COLUMNS
     out = out.to_pydict()
     assert sorted(out["id"]) == sorted(r["id"] for r in rows)
-    assert dict(zip(out["id"], out["overall_valid"], strict=True)) == {"valid-0": True, "ungrounded-1": True, "static_invalid-2": False}
+    assert dict(zip(out["id"], out["overall_valid"], strict=True)) == {
+        "valid-0": True,
+        "ungrounded-1": True,
+        "static_invalid-2": False,
+    }

@@ -8,25 +8,60 @@ from reflection.batch import build_report, read_report, render_report
 
 
 def row(rid, valid, latency=None, usage=None, semantic=None, **flat):
-    out = {"id": rid, "overall_valid": valid, **flat, "judge_skipped": None, "warnings": [],
-           "usage": usage or {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
-                              "cost_usd": 0.0, "prompt_chars": 0},
-           "latency_ms": latency, "results": [{"semantic": semantic or {}}]}
+    out = {
+        "id": rid,
+        "overall_valid": valid,
+        **flat,
+        "judge_skipped": None,
+        "warnings": [],
+        "usage": usage
+        or {
+            "requests": 0,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "cached_tokens": 0,
+            "cost_usd": 0.0,
+            "prompt_chars": 0,
+        },
+        "latency_ms": latency,
+        "results": [{"semantic": semantic or {}}],
+    }
     return out
 
 
 ROWS = [
-    row("a", True, 10.0, static_missing_required_parameter=1.0, semantic_general_hallucination_check=1.0,
+    row(
+        "a",
+        True,
+        10.0,
+        static_missing_required_parameter=1.0,
+        semantic_general_hallucination_check=1.0,
         usage={"requests": 1, "prompt_tokens": 100, "completion_tokens": 10, "cached_tokens": 0, "cost_usd": 0.5},
-        semantic={"general_hallucination_check": {"status": "passed"}}),
+        semantic={"general_hallucination_check": {"status": "passed"}},
+    ),
     row("b", False, 20.0, static_missing_required_parameter=0.0),
-    row("c", False, 30.0, static_missing_required_parameter=1.0, semantic_general_hallucination_check=0.25,
+    row(
+        "c",
+        False,
+        30.0,
+        static_missing_required_parameter=1.0,
+        semantic_general_hallucination_check=0.25,
         usage={"requests": 3, "prompt_tokens": 300, "completion_tokens": 30, "cached_tokens": 50, "cost_usd": 1.5},
-        semantic={"general_hallucination_check": {"status": "failed"}}),
-    row("d", None, 40.0, static_missing_required_parameter=1.0,
-        semantic={"general_hallucination_check": {"status": "error",
-                                                  "error": "HTTP 500 from the judge endpoint (after 4 request(s))"}}),
-    {"id": "e", "overall_valid": None, "error": "row e: no \"call\" or \"tool_calls\" field"},
+        semantic={"general_hallucination_check": {"status": "failed"}},
+    ),
+    row(
+        "d",
+        None,
+        40.0,
+        static_missing_required_parameter=1.0,
+        semantic={
+            "general_hallucination_check": {
+                "status": "error",
+                "error": "HTTP 500 from the judge endpoint (after 4 request(s))",
+            }
+        },
+    ),
+    {"id": "e", "overall_valid": None, "error": 'row e: no "call" or "tool_calls" field'},
     row("f", False, 50.0, static_missing_required_parameter=0.0),
 ]
 
@@ -55,17 +90,39 @@ def test_top_failing_checks_come_with_example_ids():
 
 
 def test_error_reasons_group_messages_that_differ_only_in_numbers_and_row_ids():
-    report = build_report(ROWS + [row("g", None, 1.0, semantic={"general_hallucination_check": {
-        "status": "error", "error": "HTTP 500 from the judge endpoint (after 2 request(s))"}})])
+    report = build_report(
+        ROWS
+        + [
+            row(
+                "g",
+                None,
+                1.0,
+                semantic={
+                    "general_hallucination_check": {
+                        "status": "error",
+                        "error": "HTTP 500 from the judge endpoint (after 2 request(s))",
+                    }
+                },
+            )
+        ]
+    )
     reasons = {r.reason: (r.rows, r.example_ids) for r in report.error_reasons}
-    assert reasons["general_hallucination_check: HTTP 500 from the judge endpoint (after N request(s))"] == (2, ["d", "g"])
-    assert reasons["no \"call\" or \"tool_calls\" field"] == (1, ["e"])
+    assert reasons["general_hallucination_check: HTTP 500 from the judge endpoint (after N request(s))"] == (
+        2,
+        ["d", "g"],
+    )
+    assert reasons['no "call" or "tool_calls" field'] == (1, ["e"])
 
 
 def test_judge_totals_and_latency_percentiles():
     report = build_report(ROWS)
-    assert report.judge.model_dump() == {"requests": 4, "prompt_tokens": 400, "completion_tokens": 40,
-                                         "cached_tokens": 50, "cost_usd": 2.0}
+    assert report.judge.model_dump() == {
+        "requests": 4,
+        "prompt_tokens": 400,
+        "completion_tokens": 40,
+        "cached_tokens": 50,
+        "cost_usd": 2.0,
+    }
     assert report.latency_ms.rows == 5
     assert report.latency_ms.p50 == 30.0
     assert report.latency_ms.p95 == 48.0  # linear between the 4th and 5th of 10..50

@@ -61,8 +61,21 @@ def test_no_retry_unknown_keeps_the_failed_rows_untouched(failed_output):
     source, out, failed = failed_output
     before = out.read_bytes()
     with StandInJudge(idle_timeout=30) as server:
-        result = runner.invoke(app, ["batch", str(source), "-o", str(out), "--base-url", server.base_url,
-                                     "--model", "stand-in", "--no-progress", "--no-retry-unknown"])
+        result = runner.invoke(
+            app,
+            [
+                "batch",
+                str(source),
+                "-o",
+                str(out),
+                "--base-url",
+                server.base_url,
+                "--model",
+                "stand-in",
+                "--no-progress",
+                "--no-retry-unknown",
+            ],
+        )
         assert server.requests == 0
     assert result.exit_code == 3, result.output  # every judged row kept unknown: no verdicts (see test_cli_exit_codes)
     assert out.read_bytes() == before
@@ -71,8 +84,21 @@ def test_no_retry_unknown_keeps_the_failed_rows_untouched(failed_output):
 def test_the_cli_says_how_many_rows_it_asked_again(failed_output):
     source, out, failed = failed_output
     with StandInJudge(idle_timeout=30) as server:
-        result = runner.invoke(app, ["batch", str(source), "-o", str(out), "--base-url", server.base_url,
-                                     "--model", "stand-in", "--no-progress", "--json-report"])
+        result = runner.invoke(
+            app,
+            [
+                "batch",
+                str(source),
+                "-o",
+                str(out),
+                "--base-url",
+                server.base_url,
+                "--model",
+                "stand-in",
+                "--no-progress",
+                "--json-report",
+            ],
+        )
     assert result.exit_code == 0, result.output
     assert f"{len(failed)} whose judge had failed asked again (replaced)" in result.stderr
     assert json.loads(result.stdout)["unknown"] == 0
@@ -115,8 +141,9 @@ def test_only_verdicts_lost_to_the_judge_count_as_judge_failures():
     assert judge_failed({"id": "a", "overall_valid": None, **error_check})
     assert not judge_failed({"id": "b", "overall_valid": False, **error_check})  # a definite failure elsewhere
     assert not judge_failed({"id": "c", "overall_valid": None, "error": "bad row"})
-    assert not judge_failed({"id": "d", "overall_valid": None,
-                             "results": [{"semantic": {"c": {"status": "uncertain"}}}]})
+    assert not judge_failed(
+        {"id": "d", "overall_valid": None, "results": [{"semantic": {"c": {"status": "uncertain"}}}]}
+    )
 
 
 def test_a_drop_that_fails_leaves_the_output_as_it_was(failed_output, monkeypatch):
@@ -179,8 +206,9 @@ def test_the_report_shows_the_real_http_status_and_the_servers_message(failed_ou
     assert result.exit_code == 0, result.output
     reasons = {r["reason"]: r["rows"] for r in json.loads(result.stdout)["error_reasons"]}
     assert reasons and set(reasons.values()) == {len(failed)}
-    assert all(reason.endswith(": HTTP 500 from the judge endpoint: internal error (after N request(s))")
-               for reason in reasons)
+    assert all(
+        reason.endswith(": HTTP 500 from the judge endpoint: internal error (after N request(s))") for reason in reasons
+    )
 
 
 @pytest.mark.parametrize("results", [5, [{"semantic": [1]}], [7, {"semantic": {"x": "error"}}], None])
@@ -209,8 +237,22 @@ def test_a_run_killed_while_asking_again_leaves_every_old_row_in_place(failed_ou
     before = out.read_bytes()
     side = out.with_name(f".{out.name}.retried")
     with StandInJudge(latency=0.3, idle_timeout=60) as server:
-        command = [sys.executable, "-m", "reflection.cli", "batch", str(source), "-o", str(out),
-                   "--base-url", server.base_url, "--model", "stand-in", "--concurrency", "1", "--no-progress"]
+        command = [
+            sys.executable,
+            "-m",
+            "reflection.cli",
+            "batch",
+            str(source),
+            "-o",
+            str(out),
+            "--base-url",
+            server.base_url,
+            "--model",
+            "stand-in",
+            "--concurrency",
+            "1",
+            "--no-progress",
+        ]
         child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             deadline = time.monotonic() + 60

@@ -84,10 +84,12 @@ def test_jsonl_bad_utf8_surrogate_escape_and_bom_lines(tmp_path):
 
 def test_json_array_bad_utf8_and_surrogate_escape_elements(tmp_path):
     src = tmp_path / "in.json"
-    parts = [json.dumps(good_row("first")).encode(),
-             json.dumps(good_row("bad-bytes")).encode().replace(b"Paris", b"Pa\xc3ris"),
-             json.dumps(good_row("lone")).replace("Paris", "\\ud800").encode(),
-             json.dumps(good_row("last")).encode()]
+    parts = [
+        json.dumps(good_row("first")).encode(),
+        json.dumps(good_row("bad-bytes")).encode().replace(b"Paris", b"Pa\xc3ris"),
+        json.dumps(good_row("lone")).replace("Paris", "\\ud800").encode(),
+        json.dumps(good_row("last")).encode(),
+    ]
     src.write_bytes(b"[" + b",\n".join(parts) + b"]")
     out = tmp_path / "out.jsonl"
     result = invoke("batch", src, "-o", out, "--no-progress")
@@ -284,14 +286,20 @@ def test_a_second_batch_on_a_locked_output_stops_and_names_the_holder(tmp_path):
     src.write_bytes(jsonl_bytes(good_row("a")))
     out = tmp_path / "out.jsonl"
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import sys
             from reflection.batch._output import OutputFile
             with OutputFile({str(out)!r}):
                 print("locked", flush=True)
                 sys.stdin.read()  # until the test closes our stdin (bounded by the timeout below)
-        """)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        """),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -334,9 +342,16 @@ def test_check_output_that_is_a_directory_or_unwritable(tmp_path):
 def test_bad_configuration_in_every_command(tmp_path, command):
     src = tmp_path / "in.jsonl"
     src.write_bytes(jsonl_bytes(good_row("a")))
-    args = {"check": ["check", src], "batch": ["batch", src, "-o", tmp_path / "o.jsonl"],
-            "score": ["score", example_path("scoring/predictions.jsonl"),
-                      "--references", example_path("scoring/references.jsonl")]}[command]
+    args = {
+        "check": ["check", src],
+        "batch": ["batch", src, "-o", tmp_path / "o.jsonl"],
+        "score": [
+            "score",
+            example_path("scoring/predictions.jsonl"),
+            "--references",
+            example_path("scoring/references.jsonl"),
+        ],
+    }[command]
     malformed = tmp_path / "bad.yaml"
     malformed.write_text("judge: [unclosed\n")
     typo = tmp_path / "typo.yaml"
@@ -397,29 +412,41 @@ def test_pytest_runs_without_respx_and_the_fixture_names_the_extra(tmp_path):
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # respx's own plugin would not be installed either; load ours by name
     tests = tmp_path / "suite"
     tests.mkdir()
-    (tests / "test_user.py").write_text(textwrap.dedent("""
+    (tests / "test_user.py").write_text(
+        textwrap.dedent("""
         def test_unrelated():
             assert 1 + 1 == 2
 
         def test_uses_the_fixture(fake_judge):
             pass
-    """))
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "reflection.testing.plugin",
-                          str(tests)], env=env, cwd=tests, capture_output=True, text=True, timeout=120)
+    """)
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "reflection.testing.plugin", str(tests)],
+        env=env,
+        cwd=tests,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "1 passed, 1 error" in run.stdout, run.stdout + run.stderr
     assert 'pip install "toolcall-reflection[testing]"' in run.stdout
 
 
 def test_the_stand_in_server_starts_without_respx(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "reflection.testing.server", "--idle-timeout", "5"],
-                            env=without_respx(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reflection.testing.server", "--idle-timeout", "5"],
+        env=without_respx(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline().strip()
         assert line.startswith("http://127.0.0.1:"), (line, proc.stderr.read() if proc.poll() is not None else "")
     finally:
         proc.terminate()
         proc.wait(30)
-
 
 
 def test_the_lock_moves_with_the_rewrite_that_replaces_judge_failures(tmp_path):

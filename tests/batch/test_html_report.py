@@ -47,14 +47,21 @@ class Dom(HTMLParser):
 
 def batch_row(rid, *, valid=False, error=None, semantic=None, static_failed=None, latency=12.5, cost=0.001):
     static_failed = static_failed or []
-    checks = {name: {"passed": name not in static_failed,
-                     "findings": [{"message": f"$.city: {name} went wrong"}] if name in static_failed else []}
-              for name in ("missing_required_parameter", "non_existent_function")}
-    row = {"id": rid, "overall_valid": valid,
-           **{f"static_{name}": 0.0 if name in static_failed else 1.0 for name in checks},
-           "usage": {"requests": 1 if semantic else 0, "cost_usd": cost if semantic else 0.0},
-           "latency_ms": latency,
-           "results": [{"call": {"name": "get_weather"}, "static": {"checks": checks}, "semantic": semantic or {}}]}
+    checks = {
+        name: {
+            "passed": name not in static_failed,
+            "findings": [{"message": f"$.city: {name} went wrong"}] if name in static_failed else [],
+        }
+        for name in ("missing_required_parameter", "non_existent_function")
+    }
+    row = {
+        "id": rid,
+        "overall_valid": valid,
+        **{f"static_{name}": 0.0 if name in static_failed else 1.0 for name in checks},
+        "usage": {"requests": 1 if semantic else 0, "cost_usd": cost if semantic else 0.0},
+        "latency_ms": latency,
+        "results": [{"call": {"name": "get_weather"}, "static": {"checks": checks}, "semantic": semantic or {}}],
+    }
     for name, check in (semantic or {}).items():
         row[f"semantic_{name}"] = (check["score"] - 1) / 4
     if error:
@@ -63,8 +70,14 @@ def batch_row(rid, *, valid=False, error=None, semantic=None, static_failed=None
 
 
 def hallucination(score, evidence=(), explanation="grounded"):
-    return {"general_hallucination_check": {"status": "passed" if score >= 4 else "failed", "score": score,
-                                            "evidence": list(evidence), "explanation": explanation}}
+    return {
+        "general_hallucination_check": {
+            "status": "passed" if score >= 4 else "failed",
+            "score": score,
+            "evidence": list(evidence),
+            "explanation": explanation,
+        }
+    }
 
 
 ROWS = [
@@ -108,13 +121,19 @@ def test_the_filter_keys_of_a_row_name_the_checks_it_fails():
 
 
 def test_untrusted_text_is_escaped_everywhere():
-    rows = [batch_row(HOSTILE, semantic=hallucination(1, [HOSTILE], HOSTILE)),
-            {**batch_row("x"), f"static_{HOSTILE}": 0.0}, batch_row("y", error=HOSTILE)]
+    rows = [
+        batch_row(HOSTILE, semantic=hallucination(1, [HOSTILE], HOSTILE)),
+        {**batch_row("x"), f"static_{HOSTILE}": 0.0},
+        batch_row("y", error=HOSTILE),
+    ]
     hostile_call = {"name": HOSTILE, "arguments": {HOSTILE: HOSTILE}}
     rows[0]["results"][0].update(call=hostile_call)
     rows[0]["results"][0]["static"].update(correction=hostile_call, correction_notes=[HOSTILE])
     rows[0]["results"][0]["semantic"]["general_hallucination_check"]["correction"] = {
-        "suggested_arguments": {HOSTILE: 1}, "better_function": HOSTILE, "missing_prerequisite": HOSTILE}
+        "suggested_arguments": {HOSTILE: 1},
+        "better_function": HOSTILE,
+        "missing_prerequisite": HOSTILE,
+    }
     page = batch_report_html(rows, source=HOSTILE)
     dom = Dom(page)
     assert [t for t, _ in dom.elements].count("script") == 1  # the page's own
@@ -139,8 +158,10 @@ def test_at_most_max_rows_failing_rows_are_listed_and_the_rest_counted():
         report.add(batch_row(f"r{i}", static_failed=["non_existent_function"]))
     dom = Dom(report.render())
     assert len(dom.having("tr", "failing")) == MAX_ROWS
-    assert (f"Showing the first {MAX_ROWS:,} of {MAX_ROWS + 7:,} failing rows; 7 more are counted but not listed"
-            in " ".join(dom.text))
+    assert (
+        f"Showing the first {MAX_ROWS:,} of {MAX_ROWS + 7:,} failing rows; 7 more are counted but not listed"
+        in " ".join(dom.text)
+    )
 
 
 def notes(dom: Dom) -> dict[str, str]:
@@ -165,8 +186,10 @@ def test_a_check_failing_only_past_the_cap_lists_its_rows_under_its_filter():
     assert "r600" in " ".join(dom.text)
     sentences = notes(dom)
     assert sentences[late] == "Showing the 1 row failing static_non_existent_function."
-    assert sentences[missing] == (f"Showing the first {MAX_ROWS} of 600 rows failing static_missing_required_parameter;"
-                                  " 100 more are counted but not listed (at most 500 per view).")
+    assert sentences[missing] == (
+        f"Showing the first {MAX_ROWS} of 600 rows failing static_missing_required_parameter;"
+        " 100 more are counted but not listed (at most 500 per view)."
+    )
     assert sentences[""].startswith(f"Showing the first {MAX_ROWS} of 601 failing rows; 101 more are counted")
 
 
@@ -233,8 +256,14 @@ def test_five_and_six_digit_counts_fit_inside_their_charts():
     report = BatchHtmlReport()
     for i in range(123_457):
         failing = i % 2 == 0
-        report.add({"id": f"r{i}", "overall_valid": not failing, "static_non_existent_function": 0.0 if failing else 1.0,
-                    "semantic_general_hallucination_check": 0.0 if failing else 1.0})
+        report.add(
+            {
+                "id": f"r{i}",
+                "overall_valid": not failing,
+                "static_non_existent_function": 0.0 if failing else 1.0,
+                "semantic_general_hallucination_check": 0.0 if failing else 1.0,
+            }
+        )
     page = report.render()
     svgs = Svgs(page).svgs
     assert len(svgs) == 2  # the bars and one histogram
@@ -242,7 +271,7 @@ def test_five_and_six_digit_counts_fit_inside_their_charts():
         for x, anchor, text, _ in texts:
             assert svg_text_fits(svg, x, text, anchor), (text, svg["width"])
     assert any("(61,729/123,457)" in text for _, texts in svgs for _, _, text, _ in texts)
-    (_, hist), = [(svg, texts) for svg, texts in svgs if "distribution" in (svg.get("aria-label") or "")]
+    ((_, hist),) = [(svg, texts) for svg, texts in svgs if "distribution" in (svg.get("aria-label") or "")]
     counts = [(x, text) for x, _, text, kind in hist if kind == "count"]
     assert ("61,729" in [t for _, t in counts]) and ("61,728" in [t for _, t in counts])
     for (x1, t1), (x2, t2) in itertools.pairwise(counts):
@@ -251,15 +280,16 @@ def test_five_and_six_digit_counts_fit_inside_their_charts():
 
 def test_judge_score_histograms_count_rows_as_the_table_does():
     two_calls = batch_row("two", semantic=hallucination(5))
-    two_calls["results"].append({"call": {"name": "get_weather"}, "static": {"checks": {}},
-                                 "semantic": hallucination(2, ["x"], "no")})
+    two_calls["results"].append(
+        {"call": {"name": "get_weather"}, "static": {"checks": {}}, "semantic": hallucination(2, ["x"], "no")}
+    )
     two_calls["semantic_general_hallucination_check"] = 0.25  # the flat key: the lowest of the calls
     dom = Dom(batch_report_html(ROWS + [two_calls]))
     (caption,) = [t for t in dom.text if t.startswith("(") and t.endswith(" rows)")]
     assert caption == "(4 rows)"  # ok-1, ok-2, bad-1, two: one count each, as the table's "rows"
     text = " ".join(dom.text)
     assert "in rows: a row with several calls counts its lowest score" in text
-    summary = " ".join(dom.text[dom.text.index("key"):dom.text.index("Failure rate per check (rows)")])
+    summary = " ".join(dom.text[dom.text.index("key") : dom.text.index("Failure rate per check (rows)")])
     assert "semantic_general_hallucination_check 0.562 4" in " ".join(summary.split())
 
 
@@ -272,10 +302,17 @@ def test_failing_rows_show_each_proposed_call_with_its_correction():
     judged = batch_row("judged", semantic=hallucination(1, ["Paris"], "the user said Paris"))
     judged["results"][0]["call"] = {"name": "get_weather", "arguments": {"city": "Atlantis"}}
     judged["results"][0]["semantic"]["general_hallucination_check"]["correction"] = {
-        "suggested_arguments": {"city": "Paris"}, "better_function": None, "missing_prerequisite": None}
+        "suggested_arguments": {"city": "Paris"},
+        "better_function": None,
+        "missing_prerequisite": None,
+    }
     unreadable = batch_row("unreadable", static_failed=["non_existent_function"])
-    unreadable["results"][0]["call"] = {"name": "get_weather", "arguments": None, "raw_arguments": '{"city": ',
-                                        "error": "the arguments are not valid JSON"}
+    unreadable["results"][0]["call"] = {
+        "name": "get_weather",
+        "arguments": None,
+        "raw_arguments": '{"city": ',
+        "error": "the arguments are not valid JSON",
+    }
     dom = Dom(batch_report_html([row, judged, unreadable]))
     text = " ".join(" ".join(dom.text).split())
     assert len(dom.having("td", "calls")) == 3
@@ -289,10 +326,24 @@ def test_failing_rows_show_each_proposed_call_with_its_correction():
 def test_the_score_page_charts_every_metric_with_values():
     summary = ScoreSummary(wordnet=None)
     page = ScoreHtmlReport("p.jsonl")
-    rows = [{"id": "a", "tool_call_equivalence": 1.0, "binary_tool_call": 0.0, "staged_tool_call": 0.75,
-             "error": None, "judge_error": None},
-            {"id": HOSTILE, "tool_call_equivalence": 0.0, "binary_tool_call": 0.0, "staged_tool_call": 0.25,
-             "error": HOSTILE, "judge_error": None}]
+    rows = [
+        {
+            "id": "a",
+            "tool_call_equivalence": 1.0,
+            "binary_tool_call": 0.0,
+            "staged_tool_call": 0.75,
+            "error": None,
+            "judge_error": None,
+        },
+        {
+            "id": HOSTILE,
+            "tool_call_equivalence": 0.0,
+            "binary_tool_call": 0.0,
+            "staged_tool_call": 0.25,
+            "error": HOSTILE,
+            "judge_error": None,
+        },
+    ]
     for row in rows:
         summary.add(row)
         page.add(row)
@@ -312,8 +363,21 @@ def batch_output(tmp_path_factory):
     folder = tmp_path_factory.mktemp("batch")
     out = folder / "out.jsonl"
     with StandInJudge() as server:
-        result = CliRunner().invoke(batch_app, ["batch", str(EXAMPLES / "calls.jsonl"), "-o", str(out), "--base-url",
-                                                server.base_url, "--model", "stand-in", "--no-cache", "--no-progress"])
+        result = CliRunner().invoke(
+            batch_app,
+            [
+                "batch",
+                str(EXAMPLES / "calls.jsonl"),
+                "-o",
+                str(out),
+                "--base-url",
+                server.base_url,
+                "--model",
+                "stand-in",
+                "--no-cache",
+                "--no-progress",
+            ],
+        )
     assert result.exit_code == 0, result.output
     return out
 
@@ -331,9 +395,19 @@ def batch_page(batch_output):
 def score_page(tmp_path_factory):
     """The shipped examples/scoring through `reflection score --html`."""
     page = tmp_path_factory.mktemp("score") / "score.html"
-    result = CliRunner().invoke(score_app(), ["score", str(EXAMPLES / "scoring" / "predictions.jsonl"), "--references",
-                                              str(EXAMPLES / "scoring" / "references.jsonl"), "-o",
-                                              str(page.parent / "rows.jsonl"), "--html", str(page)])
+    result = CliRunner().invoke(
+        score_app(),
+        [
+            "score",
+            str(EXAMPLES / "scoring" / "predictions.jsonl"),
+            "--references",
+            str(EXAMPLES / "scoring" / "references.jsonl"),
+            "-o",
+            str(page.parent / "rows.jsonl"),
+            "--html",
+            str(page),
+        ],
+    )
     assert result.exit_code == 0, result.output
     return page
 
@@ -369,9 +443,19 @@ def test_report_html_into_a_missing_folder_is_a_clear_error(batch_output, tmp_pa
 
 def test_score_html_into_a_missing_folder_fails_before_scoring(tmp_path):
     out = tmp_path / "rows.jsonl"
-    result = CliRunner().invoke(score_app(), ["score", str(EXAMPLES / "scoring" / "predictions.jsonl"), "--references",
-                                              str(EXAMPLES / "scoring" / "references.jsonl"), "-o", str(out),
-                                              "--html", str(tmp_path / "no" / "r.html")])
+    result = CliRunner().invoke(
+        score_app(),
+        [
+            "score",
+            str(EXAMPLES / "scoring" / "predictions.jsonl"),
+            "--references",
+            str(EXAMPLES / "scoring" / "references.jsonl"),
+            "-o",
+            str(out),
+            "--html",
+            str(tmp_path / "no" / "r.html"),
+        ],
+    )
     assert result.exit_code == 2
     assert "no folder" in result.stderr and not out.exists()
 
@@ -381,9 +465,21 @@ def test_score_html_into_a_missing_folder_fails_before_scoring(tmp_path):
 
 def chromium(page: Path, profile: Path, *args: str, fragment: str = "") -> tuple[str, list[str]]:
     """Open `page` in headless Chromium with no network and a fresh profile: (stdout, console lines)."""
-    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-               "--enable-logging=stderr", "--v=0", *args, page.as_uri() + fragment]
+    command = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *args,
+        page.as_uri() + fragment,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     # Every console message (errors, CSP violations, uncaught exceptions) is logged as CONSOLE.
@@ -440,7 +536,9 @@ def test_the_rendered_filter_shows_a_check_that_fails_only_past_the_cap(tmp_path
     page = tmp_path / "capped.html"
     page.write_text(report.render(), encoding="utf-8")
     static = Dom(page.read_text())
-    key = next(a["data-check"] for a in static.having("g", "bar-row") if a["data-name"] == "static_non_existent_function")
+    key = next(
+        a["data-check"] for a in static.having("g", "bar-row") if a["data-name"] == "static_non_existent_function"
+    )
     for fragment, expected in ((f"#check={key}", 1), ("", MAX_ROWS)):
         dom_text, console = chromium(page, tmp_path / f"profile{len(fragment)}", "--dump-dom", fragment=fragment)
         assert console == []
@@ -455,10 +553,18 @@ def test_the_rendered_filter_shows_a_check_that_fails_only_past_the_cap(tmp_path
 
 
 def test_rows_of_an_odd_shape_are_shown_as_far_as_they_go():
-    odd = {"id": "odd", "overall_valid": False, "static_x": 0.0,
-           "results": [{"static": {"checks": ["not", "an", "object"]}, "call": 3},
-                       {"static": {"checks": {"x": {"passed": False, "findings": "not a list"}}},
-                        "semantic": {"y": {"status": "failed", "score": "2", "evidence": "not a list"}}}]}
+    odd = {
+        "id": "odd",
+        "overall_valid": False,
+        "static_x": 0.0,
+        "results": [
+            {"static": {"checks": ["not", "an", "object"]}, "call": 3},
+            {
+                "static": {"checks": {"x": {"passed": False, "findings": "not a list"}}},
+                "semantic": {"y": {"status": "failed", "score": "2", "evidence": "not a list"}},
+            },
+        ],
+    }
     dom = Dom(batch_report_html([odd]))
     assert len(dom.having("tr", "failing")) == 1
     assert "static_x" in " ".join(dom.text)
@@ -468,12 +574,18 @@ def test_rows_of_an_odd_shape_are_shown_as_far_as_they_go():
 
 
 def score_rows():
-    base = {"tool_call_equivalence": 1.0, "binary_tool_call": 1.0, "response_exact_match": 0.0, "error": None,
-            "judge_error": None}
-    return [{"id": "paraphrase", **base, "response_rouge_l": 0.8, "response_meteor": 0.7},
-            {"id": "off-topic", **base, "response_rouge_l": 0.2, "response_meteor": 0.6},
-            {"id": "wrong-call", **base, "tool_call_equivalence": 0.5, "response_rouge_l": 1.0,
-             "response_meteor": 1.0}]
+    base = {
+        "tool_call_equivalence": 1.0,
+        "binary_tool_call": 1.0,
+        "response_exact_match": 0.0,
+        "error": None,
+        "judge_error": None,
+    }
+    return [
+        {"id": "paraphrase", **base, "response_rouge_l": 0.8, "response_meteor": 0.7},
+        {"id": "off-topic", **base, "response_rouge_l": 0.2, "response_meteor": 0.6},
+        {"id": "wrong-call", **base, "tool_call_equivalence": 0.5, "response_rouge_l": 1.0, "response_meteor": 1.0},
+    ]
 
 
 def score_page_of(rows, thresholds=None) -> Dom:
@@ -499,16 +611,28 @@ def test_text_metrics_fail_below_their_threshold_not_below_one():
 
 
 def test_a_scored_rows_error_is_its_reason_not_an_error_row():
-    rows = [{"id": "wrong-tool", "tool_call_equivalence": 0.0, "execution_success": 0.0,
-             "error": "called 'web_search' instead", "judge_error": None},
-            {"id": "unjoined", "tool_call_equivalence": None, "error": "no reference has id 'unjoined'",
-             "judge_error": None}]
+    rows = [
+        {
+            "id": "wrong-tool",
+            "tool_call_equivalence": 0.0,
+            "execution_success": 0.0,
+            "error": "called 'web_search' instead",
+            "judge_error": None,
+        },
+        {
+            "id": "unjoined",
+            "tool_call_equivalence": None,
+            "error": "no reference has id 'unjoined'",
+            "judge_error": None,
+        },
+    ]
     dom = score_page_of(rows)
     text = " ".join(" ".join(dom.text).split())
     assert "reason called 'web_search' instead" in text
     assert "error no reference has id 'unjoined'" in text
-    assert notes(dom)[next(a["data-check"] for a in dom.having("g", "bar-row")
-                           if a["data-name"] == "tool_call_equivalence")].startswith("Showing the 1 row")
+    assert notes(dom)[
+        next(a["data-check"] for a in dom.having("g", "bar-row") if a["data-name"] == "tool_call_equivalence")
+    ].startswith("Showing the 1 row")
     options = [t for t in dom.text if t.startswith("error (")]
     assert options == ["error (1)"]  # only the row that could not be scored
 
@@ -531,8 +655,16 @@ def test_score_html_reads_its_thresholds_from_the_config(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text("score_thresholds:\n  response_rouge_l: 0.99\n  response_meteor: 0.0\n", encoding="utf-8")
     page = tmp_path / "score.html"
-    args = ["score", str(EXAMPLES / "scoring" / "predictions.jsonl"), "--references",
-            str(EXAMPLES / "scoring" / "references.jsonl"), "-o", str(tmp_path / "rows.jsonl"), "--html", str(page)]
+    args = [
+        "score",
+        str(EXAMPLES / "scoring" / "predictions.jsonl"),
+        "--references",
+        str(EXAMPLES / "scoring" / "references.jsonl"),
+        "-o",
+        str(tmp_path / "rows.jsonl"),
+        "--html",
+        str(page),
+    ]
     result = CliRunner().invoke(score_app(), [*args, "--config", str(config)])
     assert result.exit_code == 0, result.output
     text = " ".join(" ".join(Dom(page.read_text()).text).split())
@@ -545,11 +677,17 @@ def test_score_html_reads_its_thresholds_from_the_config(tmp_path):
 def test_the_score_thresholds_setting_keeps_the_defaults_it_does_not_name(monkeypatch):
     from reflection.config import DEFAULT_SCORE_THRESHOLDS, ReflectionConfig
 
-    assert ReflectionConfig().score_thresholds == DEFAULT_SCORE_THRESHOLDS == {
-        "response_exact_match": 0.0, "response_rouge_l": 0.5, "response_meteor": 0.5}
+    assert (
+        ReflectionConfig().score_thresholds
+        == DEFAULT_SCORE_THRESHOLDS
+        == {"response_exact_match": 0.0, "response_rouge_l": 0.5, "response_meteor": 0.5}
+    )
     monkeypatch.setenv("REFLECTION_SCORE_THRESHOLDS", '{"response_meteor": 0.3}')
-    assert ReflectionConfig().score_thresholds == {"response_exact_match": 0.0, "response_rouge_l": 0.5,
-                                                   "response_meteor": 0.3}
+    assert ReflectionConfig().score_thresholds == {
+        "response_exact_match": 0.0,
+        "response_rouge_l": 0.5,
+        "response_meteor": 0.3,
+    }
     monkeypatch.delenv("REFLECTION_SCORE_THRESHOLDS")
     with pytest.raises(ValueError, match="between 0 and 1"):
         ReflectionConfig(score_thresholds={"response_meteor": 1.5})

@@ -18,9 +18,17 @@ pytestmark = pytest.mark.slow  # processes, servers or a browser: `pytest -m "no
 runner = CliRunner()
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
-        "required": ["city"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+                "required": ["city"],
+            },
+        },
+    },
     {"name": "search", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}},
 ]
 
@@ -32,12 +40,17 @@ def corpus_lines(n: int, seed: int = 3) -> list[str]:
     rng = random.Random(seed)
     lines = []
     for i in range(n):
-        kind = rng.choice(["ok", "ok", "dup", "noid", "badjson", "notobj", "nocall", "parallel", "unknown", "type",
-                           "hashid"])
+        kind = rng.choice(
+            ["ok", "ok", "dup", "noid", "badjson", "notobj", "nocall", "parallel", "unknown", "type", "hashid"]
+        )
         rid = f"r{i}" if kind != "dup" else f"r{rng.randrange(max(1, i))}"
         city = rng.choice(["Paris", "Oslo", "Lima"])
-        row = {"id": rid, "tools": TOOLS, "history": [{"role": "user", "content": f"weather in {city}?"}],
-               "call": {"name": "get_weather", "arguments": {"city": city}}}
+        row = {
+            "id": rid,
+            "tools": TOOLS,
+            "history": [{"role": "user", "content": f"weather in {city}?"}],
+            "call": {"name": "get_weather", "arguments": {"city": city}},
+        }
         if kind == "badjson":
             lines.append('{"id": "broken", "call": ')
             continue
@@ -52,8 +65,10 @@ def corpus_lines(n: int, seed: int = 3) -> list[str]:
             del row["call"]
         elif kind == "parallel":
             del row["call"]
-            row["tool_calls"] = [{"name": "get_weather", "arguments": {"city": city}},
-                                 {"name": "search", "arguments": {"q": 3}}]
+            row["tool_calls"] = [
+                {"name": "get_weather", "arguments": {"city": city}},
+                {"name": "search", "arguments": {"q": 3}},
+            ]
         elif kind == "unknown":
             row["call"] = {"name": "get_wether", "arguments": {"city": city}}
         elif kind == "type":
@@ -112,19 +127,28 @@ def odd_lines() -> list[bytes]:
 
     return [
         b"\xef\xbb\xbf" + row("bom-first"),
-        row(7), row("7"), row(7.0), row(True), row("True"), row(None), row([1]), row({"a": 1}),
+        row(7),
+        row("7"),
+        row(7.0),
+        row(True),
+        row("True"),
+        row(None),
+        row([1]),
+        row({"a": 1}),
         b"\xef\xbb\xbf" + row("bom-inside"),
         b"\xef\xbb\xbf   ",  # a BOM and blanks: a blank line
         b'{"id": "caf\xe9", "call": {}}',  # Latin-1, not UTF-8
         b'{"id": "a", "id": "b", "tools": [], "call": {"name": "x", "arguments": {}}}',
         row("line-17"),  # the name of a row without an id a few lines below
-        row("ok-1"), row("ok-2"),
+        row("ok-1"),
+        row("ok-2"),
         json.dumps({"tools": TOOLS, "call": call}).encode(),  # line 17: no id
         b'{"id": "\\ud800", "call": {}}',
         row("long", history=[{"role": "user", "content": "x" * 20000}]),
         row("long"),  # the overlong line above is named line-19, so this id is not a duplicate
         b'{"id": "deep", "call": ' + b"[" * 5000 + b"]" * 5000 + b"}",
-        row(10**30), row(str(10**30)),
+        row(10**30),
+        row(str(10**30)),
     ]
 
 
@@ -137,12 +161,31 @@ def test_odd_lines_give_the_same_rows_with_two_workers(tmp_path, any_size):
     rows = rows_of(one)
     assert rows_of(two) == rows
     assert (stats_two.written, stats_two.duplicates) == (stats_one.written, stats_one.duplicates)
-    assert {"bom-first", "bom-inside", "7", "7#2", "7.0", "True", "True#2", "b", "line-17", "line-17#2",
-            "long", "line-19", str(10**30), f"{10**30}#2"} <= set(rows)
+    assert {
+        "bom-first",
+        "bom-inside",
+        "7",
+        "7#2",
+        "7.0",
+        "True",
+        "True#2",
+        "b",
+        "line-17",
+        "line-17#2",
+        "long",
+        "line-19",
+        str(10**30),
+        f"{10**30}#2",
+    } <= set(rows)
     assert "not valid UTF-8" in rows["line-12"]["error"] and "max_line_bytes" in rows["line-19"]["error"]
     resumed = tmp_path / "resumed.jsonl"  # resumed: the rows of some ids already written
-    resumed.write_text("".join(line + "\n" for line in one.read_text().splitlines()
-                               if json.loads(line)["id"] in {"7", "True", "line-17", "long", "line-12"}))
+    resumed.write_text(
+        "".join(
+            line + "\n"
+            for line in one.read_text().splitlines()
+            if json.loads(line)["id"] in {"7", "True", "line-17", "long", "line-12"}
+        )
+    )
     stats = batch(src, resumed, 2, config)
     assert stats.skipped == 5
     assert rows_of(resumed) == rows
@@ -190,8 +233,10 @@ def test_check_command_with_workers_writes_the_same_rows_and_counts(tmp_path, an
     outputs = {}
     for workers in ("1", "2"):
         out = tmp_path / f"out{workers}.jsonl"
-        result = runner.invoke(app, ["check", str(src), "-o", str(out), "--static-only", "--workers", workers,
-                                     *(["--flat"] if flat else [])])
+        result = runner.invoke(
+            app,
+            ["check", str(src), "-o", str(out), "--static-only", "--workers", workers, *(["--flat"] if flat else [])],
+        )
         assert result.exit_code == 0, result.output
         outputs[workers] = (rows_of(out), result.output.splitlines()[-1])
     assert outputs["2"] == outputs["1"]
@@ -200,6 +245,7 @@ def test_check_command_with_workers_writes_the_same_rows_and_counts(tmp_path, an
 def collect(items, config):
     async def run():
         return [line async for line in reflect_in_processes(items, config, workers=2)]
+
     return anyio.run(run)
 
 
@@ -212,6 +258,7 @@ def test_a_bug_in_a_worker_is_raised_in_the_parent(tmp_path):
 def test_a_bug_in_a_worker_parsing_lines_is_raised_in_the_parent():
     async def run():
         return [row async for row in reflect_lines_in_processes([5], ReflectionConfig(), workers=2)]
+
     with pytest.raises(TypeError):  # not a (line number, line) pair
         anyio.run(run)
 
@@ -223,8 +270,9 @@ def test_workers_refuse_a_config_with_a_judge():
 
 
 def jsonl_line(number, tools, city="Oslo"):
-    return number, json.dumps({"id": f"r{number}", "tools": tools, "call": {"name": "get_weather",
-                                                                           "arguments": {"city": city}}}).encode()
+    return number, json.dumps(
+        {"id": f"r{number}", "tools": tools, "call": {"name": "get_weather", "arguments": {"city": city}}}
+    ).encode()
 
 
 def test_rows_offering_the_same_tool_list_go_to_the_same_worker():

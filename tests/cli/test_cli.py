@@ -41,7 +41,7 @@ def test_rows_without_a_call_become_error_rows_and_the_run_goes_on(tmp_path):
     out = tmp_path / "out.jsonl"
     assert runner.invoke(app, ["check", str(src), "-o", str(out)]).exit_code == 0
     rows = {row["id"]: row for row in rows_of(out)}
-    assert "no \"call\"" in rows["a"]["error"]
+    assert 'no "call"' in rows["a"]["error"]
     assert "expected a JSON object" in rows["line-2"]["error"]
     assert rows["b"]["static_empty_api_spec"] == 0.0
 
@@ -54,8 +54,19 @@ def test_without_a_judge_the_command_says_it_was_skipped(tmp_path):
 def test_check_with_the_judge_from_flags(tmp_path):
     out = tmp_path / "out.jsonl"
     with StandInJudge() as server:
-        result = runner.invoke(app, ["check", str(example_path("calls.jsonl")), "-o", str(out),
-                                     "--base-url", server.base_url, "--model", "stand-in"])
+        result = runner.invoke(
+            app,
+            [
+                "check",
+                str(example_path("calls.jsonl")),
+                "-o",
+                str(out),
+                "--base-url",
+                server.base_url,
+                "--model",
+                "stand-in",
+            ],
+        )
     assert result.exit_code == 0, result.output
     rows = {row["id"]: row for row in rows_of(out)}
     assert rows["weather-ok"]["semantic_avg_score_general"] == 1.0 and rows["weather-ok"]["overall_valid"] is True
@@ -68,7 +79,9 @@ def test_check_with_the_judge_from_a_config_file_and_environment(tmp_path, monke
         config = tmp_path / "config.yaml"
         config.write_text(f"judge:\n  base_url: {server.base_url}\n  model: from-file\nmode: combined\n")
         monkeypatch.setenv("REFLECTION_MODE", "per_check")
-        result = runner.invoke(app, ["check", str(example_path("calls.jsonl")), "-o", str(out), "--config", str(config)])
+        result = runner.invoke(
+            app, ["check", str(example_path("calls.jsonl")), "-o", str(out), "--config", str(config)]
+        )
     assert result.exit_code == 0, result.output
     assert {row["id"]: row for row in rows_of(out)}["weather-ok"]["usage"]["requests"] == 4  # env beats file
 
@@ -76,9 +89,21 @@ def test_check_with_the_judge_from_a_config_file_and_environment(tmp_path, monke
 def test_score_with_the_stand_in_judge_fills_the_judged_metrics(tmp_path):
     out = tmp_path / "scores.jsonl"
     with StandInJudge() as server:
-        result = runner.invoke(app, ["score", str(example_path("scoring/predictions.jsonl")), "--references",
-                                     str(example_path("scoring/references.jsonl")), "-o", str(out),
-                                     "--base-url", server.base_url, "--model", "stand-in"])
+        result = runner.invoke(
+            app,
+            [
+                "score",
+                str(example_path("scoring/predictions.jsonl")),
+                "--references",
+                str(example_path("scoring/references.jsonl")),
+                "-o",
+                str(out),
+                "--base-url",
+                server.base_url,
+                "--model",
+                "stand-in",
+            ],
+        )
     assert result.exit_code == 0, result.output
     rows = rows_of(out)
     judged = [row for row in rows if row["tool_selection_judged"] is not None]
@@ -101,9 +126,18 @@ def test_the_score_summary_prints_install_hints_literally_not_as_markup(tmp_path
 
     from reflection.cli.score import _table
 
-    scored = runner.invoke(app, ["score", str(example_path("scoring/predictions.jsonl")), "--references",
-                                 str(example_path("scoring/references.jsonl")), "-o", str(tmp_path / "s.jsonl"),
-                                 "--json-summary"])
+    scored = runner.invoke(
+        app,
+        [
+            "score",
+            str(example_path("scoring/predictions.jsonl")),
+            "--references",
+            str(example_path("scoring/references.jsonl")),
+            "-o",
+            str(tmp_path / "s.jsonl"),
+            "--json-summary",
+        ],
+    )
     data = json.loads(scored.stdout)
     data["metrics"]["response_rouge_l"]["n"] = 0  # as when the metrics extra is not installed
     console = Console(record=True, width=300)
@@ -126,12 +160,15 @@ def test_report_refuses_an_input_file_with_a_clear_message():
     assert result.stderr.strip() == (
         f"error: {example_path('calls.jsonl')} is not a reflection result file: its row 'weather-ok' has no "
         '"overall_valid" (it has the members of an input row); report on the output of `reflection batch` or '
-        "`reflection check`, e.g. `reflection batch DATASET -o results.jsonl` then `reflection report results.jsonl`")
+        "`reflection check`, e.g. `reflection batch DATASET -o results.jsonl` then `reflection report results.jsonl`"
+    )
 
 
 def test_report_on_check_output_works(tmp_path):
     out = tmp_path / "o.jsonl"
-    assert runner.invoke(app, ["check", str(example_path("calls.jsonl")), "--static-only", "-o", str(out)]).exit_code == 0
+    assert (
+        runner.invoke(app, ["check", str(example_path("calls.jsonl")), "--static-only", "-o", str(out)]).exit_code == 0
+    )
     result = runner.invoke(app, ["report", str(out), "--json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["rows"] == 12
 
@@ -144,9 +181,11 @@ def test_a_401_names_the_environment_variable_the_key_came_from(tmp_path, monkey
 
     with FaultyStandInJudge(transport_fault="status", status=401, idle_timeout=30) as server:
         config.write_text(f"judge:\n  base_url: {server.base_url}\n  model: stand-in\n  api_key_env: TEAM_JUDGE_KEY\n")
-        result = runner.invoke(app, ["check", str(example_path("calls.jsonl")), "-o", str(tmp_path / "o.jsonl"),
-                                     "--config", str(config)])
+        result = runner.invoke(
+            app, ["check", str(example_path("calls.jsonl")), "-o", str(tmp_path / "o.jsonl"), "--config", str(config)]
+        )
     assert result.exit_code == 2
-    assert result.stderr.strip().endswith("HTTP 401: Incorrect API key provided "
-                                          "(API key from the environment variable TEAM_JUDGE_KEY)")
+    assert result.stderr.strip().endswith(
+        "HTTP 401: Incorrect API key provided (API key from the environment variable TEAM_JUDGE_KEY)"
+    )
     assert "sk-team-key" not in result.output

@@ -40,12 +40,15 @@ def test_an_unknown_fail_on_kind_is_a_usage_error(tmp_path):
     assert "'bad' is not one of invalid, unknown, error" in result.output
 
 
-@pytest.mark.parametrize(("fail_on", "status", "reason"), [
-    ([], 0, None),
-    (["--fail-on", "invalid"], 1, "failed: 8 invalid of 12 rows (--fail-on invalid)"),
-    (["--fail-on", "error,invalid"], 1, "failed: 8 invalid, 1 error of 12 rows (--fail-on invalid,error)"),
-    (["--fail-on", "unknown"], 0, None),
-])
+@pytest.mark.parametrize(
+    ("fail_on", "status", "reason"),
+    [
+        ([], 0, None),
+        (["--fail-on", "invalid"], 1, "failed: 8 invalid of 12 rows (--fail-on invalid)"),
+        (["--fail-on", "error,invalid"], 1, "failed: 8 invalid, 1 error of 12 rows (--fail-on invalid,error)"),
+        (["--fail-on", "unknown"], 0, None),
+    ],
+)
 def test_check_exits_1_with_a_one_line_reason_when_a_fail_on_row_is_there(tmp_path, fail_on, status, reason):
     result = runner.invoke(app, ["check", CALLS, "--static-only", "-o", str(tmp_path / "o.jsonl"), *fail_on])
     assert result.exit_code == status, result.output
@@ -67,9 +70,24 @@ def test_batch_fail_on_counts_the_whole_output_resumed_rows_too(tmp_path):
 def test_fail_on_unknown_fails_a_run_where_the_judge_failed_on_one_row(tmp_path):
     with FakeJudge(max_attempts=1) as judge:
         judge.fail(500, times=1)  # the first of the 3 judged rows; the other two are answered
-        result = runner.invoke(app, ["check", CALLS, "-o", str(tmp_path / "o.jsonl"), "--base-url", judge.base_url,
-                                     "--model", judge.model, "--concurrency", "1", "--fail-on", "unknown"],
-                               env={"REFLECTION_JUDGE__MAX_ATTEMPTS": "1"})
+        result = runner.invoke(
+            app,
+            [
+                "check",
+                CALLS,
+                "-o",
+                str(tmp_path / "o.jsonl"),
+                "--base-url",
+                judge.base_url,
+                "--model",
+                judge.model,
+                "--concurrency",
+                "1",
+                "--fail-on",
+                "unknown",
+            ],
+            env={"REFLECTION_JUDGE__MAX_ATTEMPTS": "1"},
+        )
     assert result.exit_code == 1, result.output
     assert last_line(result.stderr) == "failed: 1 unknown of 12 rows (--fail-on unknown)"
 
@@ -78,11 +96,14 @@ def test_fail_on_unknown_fails_a_run_where_the_judge_failed_on_one_row(tmp_path)
 def test_a_judge_that_answers_no_row_exits_3_even_without_fail_on(tmp_path, command):
     with FaultyStandInJudge(transport_fault="status", status=500, idle_timeout=60) as server:
         args = [command, CALLS, "-o", str(tmp_path / "o.jsonl"), "--base-url", server.base_url, "--model", "stand-in"]
-        result = runner.invoke(app, args + (["--no-progress"] if command == "batch" else []),
-                               env={"REFLECTION_JUDGE__MAX_ATTEMPTS": "1"})
+        result = runner.invoke(
+            app, args + (["--no-progress"] if command == "batch" else []), env={"REFLECTION_JUDGE__MAX_ATTEMPTS": "1"}
+        )
     assert result.exit_code == NO_VERDICTS, result.output
-    assert last_line(result.stderr) == ("error: no verdicts: the judge answered none of the 3 rows it was asked "
-                                        "about (3 unknown); see the judge errors (exit 3)")
+    assert last_line(result.stderr) == (
+        "error: no verdicts: the judge answered none of the 3 rows it was asked "
+        "about (3 unknown); see the judge errors (exit 3)"
+    )
 
 
 def test_static_only_rows_are_never_no_verdicts(tmp_path):
@@ -96,8 +117,14 @@ def test_static_only_rows_are_never_no_verdicts(tmp_path):
 def run_into_head(args, cwd, lines=1):
     """`reflection ARGS | head -n LINES` in a real shell: (reflection's status, its stderr)."""
     cli = " ".join([f"'{sys.executable}'", "-m", "reflection.cli", *[f"'{a}'" for a in args]])
-    done = subprocess.run(["bash", "-c", f"{cli} 2>err.txt | head -n {lines} >/dev/null; echo ${{PIPESTATUS[0]}}"],
-                          cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        ["bash", "-c", f"{cli} 2>err.txt | head -n {lines} >/dev/null; echo ${{PIPESTATUS[0]}}"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     return int(done.stdout.strip()), (Path(cwd) / "err.txt").read_text()
 
 
@@ -123,15 +150,18 @@ def test_check_into_head_exits_141_quietly(tmp_path, many_rows):
 
 def test_check_with_a_judge_into_head_exits_141_quietly(tmp_path, many_rows):
     with StandInJudge(idle_timeout=120) as server:
-        status, stderr = run_into_head(["check", str(many_rows), "--base-url", server.base_url, "--model", "stand-in"],
-                                       tmp_path)
+        status, stderr = run_into_head(
+            ["check", str(many_rows), "--base-url", server.base_url, "--model", "stand-in"], tmp_path
+        )
     assert status == CLOSED_STDOUT
     assert stderr.strip() == "", stderr
 
 
 def test_report_into_head_still_writes_the_html(tmp_path, many_rows):
     out = tmp_path / "out.jsonl"
-    assert runner.invoke(app, ["batch", str(many_rows), "-o", str(out), "--static-only", "--no-progress"]).exit_code == 0
+    assert (
+        runner.invoke(app, ["batch", str(many_rows), "-o", str(out), "--static-only", "--no-progress"]).exit_code == 0
+    )
     # `head -n 0` has gone before the report is printed: the report is smaller than a pipe holds.
     status, stderr = run_into_head(["report", str(out), "--html", str(tmp_path / "r.html")], tmp_path, lines=0)
     assert status == CLOSED_STDOUT

@@ -34,22 +34,49 @@ def command(name, source, tmp_path, url):
     if name == "check":
         return ["check", str(source), "-o", str(tmp_path / "out.jsonl"), "--base-url", url, "--model", "m"]
     if name == "batch":
-        return ["batch", str(source), "-o", str(tmp_path / "out.jsonl"), "--base-url", url, "--model", "m", "--no-progress"]
-    return ["score", str(EXAMPLES / "scoring/predictions.jsonl"), "--references", str(EXAMPLES / "scoring/references.jsonl"),
-            "-o", str(tmp_path / "out.jsonl"), "--base-url", url, "--model", "m"]
+        return [
+            "batch",
+            str(source),
+            "-o",
+            str(tmp_path / "out.jsonl"),
+            "--base-url",
+            url,
+            "--model",
+            "m",
+            "--no-progress",
+        ]
+    return [
+        "score",
+        str(EXAMPLES / "scoring/predictions.jsonl"),
+        "--references",
+        str(EXAMPLES / "scoring/references.jsonl"),
+        "-o",
+        str(tmp_path / "out.jsonl"),
+        "--base-url",
+        url,
+        "--model",
+        "m",
+    ]
 
 
 @pytest.mark.parametrize("name", ["check", "batch", "score"])
-@pytest.mark.parametrize(("status", "message"), [(401, "Incorrect API key provided"), (404, "The model does not exist")])
-def test_a_fatal_http_status_stops_the_command_with_one_error_line(tmp_path, source, name, status, message,
-                                                                   monkeypatch):
+@pytest.mark.parametrize(
+    ("status", "message"), [(401, "Incorrect API key provided"), (404, "The model does not exist")]
+)
+def test_a_fatal_http_status_stops_the_command_with_one_error_line(
+    tmp_path, source, name, status, message, monkeypatch
+):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
     with FaultyStandInJudge(transport_fault="status", status=status, idle_timeout=30) as server:
         result = runner.invoke(app, command(name, source, tmp_path, server.base_url))
         requests = server.requests
     assert result.exit_code == 2, result.output
-    key = " (API key from the environment variable OPENAI_API_KEY)" if status == 401 else ""  # where a rejected key came from
-    assert error_lines(result.stderr) == [f"error: judge {server.base_url}/chat/completions: HTTP {status}: {message}{key}"]
+    key = (
+        " (API key from the environment variable OPENAI_API_KEY)" if status == 401 else ""
+    )  # where a rejected key came from
+    assert error_lines(result.stderr) == [
+        f"error: judge {server.base_url}/chat/completions: HTTP {status}: {message}{key}"
+    ]
     assert "Traceback" not in result.stderr
     assert requests <= 32  # stopped at the first error: never one request per row of the 40
     if name != "score":
@@ -70,20 +97,39 @@ def test_a_refused_connection_stops_the_command(tmp_path, source, name):
 @pytest.mark.slow
 def test_a_403_stops_the_real_cli_process(tmp_path, source):
     # The command and the server each in their own process: exit status and stderr as a shell sees them.
-    server = subprocess.Popen([sys.executable, "-m", "reflection.testing.server", "--idle-timeout", "30",
-                               "--transport-fault", "status", "--status", "403"], stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "reflection.testing.server",
+            "--idle-timeout",
+            "30",
+            "--transport-fault",
+            "status",
+            "--status",
+            "403",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         url = server.stdout.readline().strip()
         env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-        done = subprocess.run([sys.executable, "-c", "from reflection.cli import app; app()", *command(
-            "batch", source, tmp_path, url)], capture_output=True, text=True, timeout=120, env=env)
+        done = subprocess.run(
+            [sys.executable, "-c", "from reflection.cli import app; app()", *command("batch", source, tmp_path, url)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
     finally:
         server.terminate()
         server.wait(10)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         f"error: judge {url}/chat/completions: HTTP 403: You are not allowed to use this model "
-        "(no API key: the environment variable OPENAI_API_KEY is not set)"]
+        "(no API key: the environment variable OPENAI_API_KEY is not set)"
+    ]
 
 
 def test_a_remote_endpoint_without_a_key_gets_one_warning_before_the_401(tmp_path, source):

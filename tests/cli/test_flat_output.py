@@ -29,8 +29,13 @@ def test_flat_rows_hold_the_full_rows_verdict_and_flat_keys_only(tmp_path, comma
         if "error" in row:
             assert row == full_rows[rid]  # error rows are the same in both
             continue
-        expected = {k: v for k, v in full_rows[rid].items()
-                    if k in ("id", "overall_valid") or k.startswith(("static_", "semantic_"))}
+        expected = {
+            k: v
+            for k, v in full_rows[rid].items()
+            if k in ("id", "overall_valid") or k.startswith(("static_", "semantic_"))
+        }
         assert row == expected
         assert list(row)[:2] == ["id", "overall_valid"]
-    assert flat_rows["parallel"]["static_non_existent_function"] == full_rows["parallel"]["static_non_existent_function"]
+    assert (
+        flat_rows["parallel"]["static_non_existent_function"] == full_rows["parallel"]["static_non_existent_function"]
+    )

@@ -10,10 +10,17 @@ from reflection.testing import check_reply
 
 INSTRUCTIONS = "You handle refunds. Today is 2026-03-10."
 QUESTION = "Order ORD-1042 arrived broken, please refund the 49.90 I paid."
-FAIL_HALLUCINATION = {name: check_reply(5) for name in (
-    "general_value_format_alignment", "function_selection_appropriateness", "agentic_constraints_satisfaction")}
+FAIL_HALLUCINATION = {
+    name: check_reply(5)
+    for name in (
+        "general_value_format_alignment",
+        "function_selection_appropriateness",
+        "agentic_constraints_satisfaction",
+    )
+}
 FAIL_HALLUCINATION["general_hallucination_check"] = check_reply(
-    1, explanation="order ORD-999 appears nowhere; the user gave ORD-1042", evidence=["Order ORD-1042"])
+    1, explanation="order ORD-999 appears nowhere; the user gave ORD-1042", evidence=["Order ORD-1042"]
+)
 
 
 def refund_tools(refunds: list[dict]) -> list[Callable[..., str]]:

@@ -6,20 +6,32 @@ from reflection.integrations._common import NOTE_PREFIX, blocked_text, correctio
 
 
 def tool(name: str, **properties: dict) -> list[dict]:
-    return [{"type": "function", "function": {"name": name, "parameters": {
-        "type": "object", "properties": properties, "required": list(properties)}}}]
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "parameters": {"type": "object", "properties": properties, "required": list(properties)},
+            },
+        }
+    ]
 
 
 def test_a_correction_note_names_each_change_up_to_five_and_counts_the_rest():
     numbers = {f"n{i}": {"type": "number"} for i in range(7)}
     with Gate(ReflectionConfig()) as gate:
-        decision = gate.check_sync({"name": "sum", "arguments": {k: str(i) for i, k in enumerate(numbers)}},
-                                   tool("sum", **numbers), "add them up")
+        decision = gate.check_sync(
+            {"name": "sum", "arguments": {k: str(i) for i, k in enumerate(numbers)}},
+            tool("sum", **numbers),
+            "add them up",
+        )
     assert decision.action == "modify"
     note = correction_note(decision)
-    assert note == (NOTE_PREFIX + '$.n0: changed "0" (string) to 0 (number); $.n1: changed "1" (string) to 1 (number); '
-                    '$.n2: changed "2" (string) to 2 (number); $.n3: changed "3" (string) to 3 (number); '
-                    '$.n4: changed "4" (string) to 4 (number); and 2 more.')
+    assert note == (
+        NOTE_PREFIX + '$.n0: changed "0" (string) to 0 (number); $.n1: changed "1" (string) to 1 (number); '
+        '$.n2: changed "2" (string) to 2 (number); $.n3: changed "3" (string) to 3 (number); '
+        '$.n4: changed "4" (string) to 4 (number); and 2 more.'
+    )
 
 
 def test_only_a_modify_decision_has_a_correction_note():

@@ -22,7 +22,6 @@ from refund_agent import FAIL_HALLUCINATION, QUESTION, refund_tools
 HEADERS = {action: header.split(".")[0] for action, header in FEEDBACK_HEADERS.items()}
 
 
-
 class ScriptedChatModel(FakeMessagesListChatModel):
     """LangChain's fake list model, able to 'bind' tools, recording what it was sent."""
 
@@ -38,9 +37,12 @@ class ScriptedChatModel(FakeMessagesListChatModel):
 
 def calls(*steps: tuple[str, dict, str] | str) -> list[AIMessage]:
     """AI messages: a (tool, args, call id) step proposes a call, a string answers."""
-    return [AIMessage(content=s) if isinstance(s, str) else
-            AIMessage(content="", tool_calls=[{"name": s[0], "args": s[1], "id": s[2], "type": "tool_call"}])
-            for s in steps]
+    return [
+        AIMessage(content=s)
+        if isinstance(s, str)
+        else AIMessage(content="", tool_calls=[{"name": s[0], "args": s[1], "id": s[2], "type": "tool_call"}])
+        for s in steps
+    ]
 
 
 def make_tools(refunds: list) -> list:
@@ -55,15 +57,20 @@ def tool_results(state: dict) -> dict[str, ToolMessage]:
 async def test_middleware_answers_an_invalid_call_with_the_feedback_and_runs_the_fixed_one(on_invalid):
     refunds: list = []
     tools = make_tools(refunds)
-    model = ScriptedChatModel(seen=[], responses=calls(
-        ("refund_order", {"order_id": "ORD-999", "amount": 49.9}, "c1"),
-        ("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, "c2"),
-        "Refunded 49.90 on ORD-1042."))
+    model = ScriptedChatModel(
+        seen=[],
+        responses=calls(
+            ("refund_order", {"order_id": "ORD-999", "amount": 49.9}, "c1"),
+            ("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, "c2"),
+            "Refunded 49.90 on ORD-1042.",
+        ),
+    )
     with FakeJudge() as fake:
         fake.reply_json(FAIL_HALLUCINATION)
         async with Gate(ReflectionConfig(judge=fake.config), policy=GatePolicy(on_invalid=on_invalid)) as gate:
-            agent = create_agent(model, tools, system_prompt="You handle refunds.",
-                                 middleware=[ReflectionMiddleware(gate, tools=tools)])
+            agent = create_agent(
+                model, tools, system_prompt="You handle refunds.", middleware=[ReflectionMiddleware(gate, tools=tools)]
+            )
             state = await agent.ainvoke({"messages": [HumanMessage(QUESTION)]})
     assert refunds == [{"order_id": "ORD-1042", "amount": 49.9}]
     results = tool_results(state)
@@ -92,15 +99,18 @@ def test_sync_middleware_runs_the_verified_correction_where_the_tool_would_rejec
         readings.append({"city": city, "units": units})
         return "12 degrees"
 
-    model = ScriptedChatModel(seen=[], responses=calls(("get_weather", {"city": "Oslo", "units": "Celsius"}, "c1"), "done"))
+    model = ScriptedChatModel(
+        seen=[], responses=calls(("get_weather", {"city": "Oslo", "units": "Celsius"}, "c1"), "done")
+    )
     with Gate(ReflectionConfig()) as gate:  # no judge: the static checks decide
         agent = create_agent(model, [get_weather], middleware=[ReflectionMiddleware(gate, tools=[get_weather])])
         state = agent.invoke({"messages": [HumanMessage("Weather in Oslo, in Celsius?")]})
     # "Celsius" fails the tool's own validation; the gate's verified correction is what ran.
     assert readings == [{"city": "Oslo", "units": "celsius"}]
     assert tool_results(state)["c1"].content == (
-        '12 degrees\n\nNote from reflection: the call was corrected before it ran: '
-        '$.units: changed "Celsius" to the allowed value "celsius".')
+        "12 degrees\n\nNote from reflection: the call was corrected before it ran: "
+        '$.units: changed "Celsius" to the allowed value "celsius".'
+    )
     assert model.seen[1][-1].content == tool_results(state)["c1"].content  # the model read the note too
 
 
@@ -115,8 +125,9 @@ async def test_the_correction_note_goes_into_the_tool_message_of_a_tool_that_ret
         agent = create_agent(model, [set_units], middleware=[ReflectionMiddleware(gate, tools=[set_units])])
         state = await agent.ainvoke({"messages": [HumanMessage("Use Celsius from now on.")]})
     assert tool_results(state)["c1"].content == (
-        'units set to celsius\n\nNote from reflection: the call was corrected before it ran: '
-        '$.units: changed "Celsius" to the allowed value "celsius".')
+        "units set to celsius\n\nNote from reflection: the call was corrected before it ran: "
+        '$.units: changed "Celsius" to the allowed value "celsius".'
+    )
 
 
 async def test_middleware_escalate_raises_with_the_decision():
@@ -132,8 +143,10 @@ async def test_middleware_escalate_raises_with_the_decision():
     assert refunds == []
     assert raised.value.decision.action == "escalate" and raised.value.decision.tool == "refund_order"
     # Written for the person who approves, not for the model.
-    assert str(raised.value) == ('The call to "refund_order" is waiting for a person\'s approval: '
-                                 "judge checks failed: general_hallucination_check.")
+    assert str(raised.value) == (
+        'The call to "refund_order" is waiting for a person\'s approval: '
+        "judge checks failed: general_hallucination_check."
+    )
 
 
 def graph_with(node, model) -> Any:
@@ -156,10 +169,14 @@ def graph_with(node, model) -> Any:
 async def test_gated_tool_node_in_a_graph_blocks_then_runs(mode):
     refunds: list = []
     tools = make_tools(refunds)
-    model = ScriptedChatModel(seen=[], responses=calls(
-        ("refund_order", {"order_id": "ORD-999", "amount": 49.9}, "c1"),
-        ("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, "c2"),
-        "done"))
+    model = ScriptedChatModel(
+        seen=[],
+        responses=calls(
+            ("refund_order", {"order_id": "ORD-999", "amount": 49.9}, "c1"),
+            ("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, "c2"),
+            "done",
+        ),
+    )
     with FakeJudge() as fake:
         fake.reply_json(FAIL_HALLUCINATION)
         async with Gate(ReflectionConfig(judge=fake.config)) as gate:
@@ -191,8 +208,9 @@ async def test_a_correction_that_renames_the_tool_is_refused_not_run_as_either_t
 
     model = ScriptedChatModel(seen=[], responses=calls(("get_wether", {"city": "Paris"}, "c1"), "done"))
     async with Gate(ReflectionConfig()) as gate:
-        agent = create_agent(model, [get_weather, get_wether],
-                             middleware=[ReflectionMiddleware(gate, tools=[get_weather])])
+        agent = create_agent(
+            model, [get_weather, get_wether], middleware=[ReflectionMiddleware(gate, tools=[get_weather])]
+        )
         state = await agent.ainvoke({"messages": [HumanMessage("Weather in Paris?")]})
     assert ran == []  # neither the misspelled tool with the gate's arguments nor the guessed one
     answer = tool_results(state)["c1"]

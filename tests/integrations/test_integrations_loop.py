@@ -61,6 +61,7 @@ def weather_tools(received: list[dict[str, Any]]) -> list[Callable[..., str]]:
 
 # --- one driver per framework: run the script, report the outcome ------------------------------
 
+
 async def run_openai_agents(gate: Gate, steps: list[Step]) -> Outcome:
     from agents import Agent, Runner, function_tool, set_tracing_disabled
     from agents.exceptions import AgentsException
@@ -70,8 +71,14 @@ async def run_openai_agents(gate: Gate, steps: list[Step]) -> Outcome:
 
     set_tracing_disabled(True)
     outcome = Outcome()
-    model = ScriptedModel([[assistant_message(s)] if isinstance(s, str) else
-                           [function_call(name, args, call_id=i) for name, args, i in s] for s in steps])
+    model = ScriptedModel(
+        [
+            [assistant_message(s)]
+            if isinstance(s, str)
+            else [function_call(name, args, call_id=i) for name, args, i in s]
+            for s in steps
+        ]
+    )
     tools = guard_tools([function_tool(fn) for fn in weather_tools(outcome.received)], gate)
     agent = Agent(name="weather", instructions="You answer weather questions.", model=model, tools=tools)
     try:
@@ -100,10 +107,17 @@ def scripted_chat_model(steps: list[Step]) -> Any:
             self.seen.append(list(messages))
             return super()._generate(messages, stop, run_manager, **kwargs)
 
-    return Scripted(seen=[], responses=[
-        AIMessage(content=s) if isinstance(s, str) else
-        AIMessage(content="", tool_calls=[{"name": n, "args": a, "id": i, "type": "tool_call"} for n, a, i in s])
-        for s in steps])
+    return Scripted(
+        seen=[],
+        responses=[
+            AIMessage(content=s)
+            if isinstance(s, str)
+            else AIMessage(
+                content="", tool_calls=[{"name": n, "args": a, "id": i, "type": "tool_call"} for n, a, i in s]
+            )
+            for s in steps
+        ],
+    )
 
 
 def langchain_outcome(outcome: Outcome, model: Any, state: dict[str, Any]) -> Outcome:
@@ -128,8 +142,12 @@ async def run_langchain(gate: Gate, steps: list[Step]) -> Outcome:
     outcome = Outcome()
     model = scripted_chat_model(steps)
     tools = [tool(fn) for fn in weather_tools(outcome.received)]
-    agent = create_agent(model, tools, system_prompt="You answer weather questions.",
-                         middleware=[ReflectionMiddleware(gate, tools=tools)])
+    agent = create_agent(
+        model,
+        tools,
+        system_prompt="You answer weather questions.",
+        middleware=[ReflectionMiddleware(gate, tools=tools)],
+    )
     state = await agent.ainvoke({"messages": [HumanMessage(QUESTION)]})
     return langchain_outcome(outcome, model, state)
 
@@ -151,8 +169,9 @@ async def run_langgraph_sync(gate: Gate, steps: list[Step]) -> Outcome:
     graph.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
     graph.add_node("tools", reflection_tool_node(tools, gate))
     graph.add_edge(START, "model")
-    graph.add_conditional_edges("model", lambda state: "tools" if state["messages"][-1].tool_calls else END,
-                                ["tools", END])
+    graph.add_conditional_edges(
+        "model", lambda state: "tools" if state["messages"][-1].tool_calls else END, ["tools", END]
+    )
     graph.add_edge("tools", "model")
     app = graph.compile()
     start = {"messages": [SystemMessage("You answer weather questions."), HumanMessage(QUESTION)]}
@@ -186,8 +205,12 @@ async def run_pydantic_ai(gate: Gate, steps: list[Step]) -> Outcome:
             return ModelResponse(parts=[TextPart(step)])
         return ModelResponse(parts=[ToolCallPart(n, a, tool_call_id=i) for n, a, i in step])
 
-    agent = Agent(FunctionModel(respond), instructions="You answer weather questions.",
-                  capabilities=[ReflectionCapability(gate)], retries=3)
+    agent = Agent(
+        FunctionModel(respond),
+        instructions="You answer weather questions.",
+        capabilities=[ReflectionCapability(gate)],
+        retries=3,
+    )
     for fn in weather_tools(outcome.received):
         agent.tool_plain(fn)
     try:
@@ -205,8 +228,12 @@ async def run_pydantic_ai(gate: Gate, steps: list[Step]) -> Outcome:
 
 
 Driver = Callable[[Gate, list[Step]], Awaitable[Outcome]]
-FRAMEWORKS: dict[str, Driver] = {"openai_agents": run_openai_agents, "langchain": run_langchain,
-                                 "langgraph_sync": run_langgraph_sync, "pydantic_ai": run_pydantic_ai}
+FRAMEWORKS: dict[str, Driver] = {
+    "openai_agents": run_openai_agents,
+    "langchain": run_langchain,
+    "langgraph_sync": run_langgraph_sync,
+    "pydantic_ai": run_pydantic_ai,
+}
 
 
 @pytest.fixture(params=list(FRAMEWORKS))
@@ -222,8 +249,11 @@ def weather(city: str, call_id: str, units: str = "celsius") -> tuple[str, dict[
 
 def hallucination(fake: FakeJudge) -> None:
     """Every later judge request fails the hallucination check (the others pass)."""
-    fake.script("general_hallucination_check", score=1,
-                explanation="the user asked about Paris; Tokyo appears nowhere in the conversation")
+    fake.script(
+        "general_hallucination_check",
+        score=1,
+        explanation="the user asked about Paris; Tokyo appears nowhere in the conversation",
+    )
 
 
 class RecordingGate(Gate):
@@ -243,6 +273,7 @@ class RecordingGate(Gate):
 
 
 # --- the gate's own words never ground a value (issue 20, item 1) -------------------------------
+
 
 @pytest.mark.parametrize("hook", list(FRAMEWORKS))
 async def test_a_hallucinated_call_repeated_after_its_refusal_is_refused_again(hook):
@@ -269,10 +300,14 @@ async def test_openai_agents_a_hallucinated_call_repeated_in_a_follow_up_run_is_
 
     set_tracing_disabled(True)
     received: list[dict[str, Any]] = []
-    model = ScriptedModel([[function_call(*weather("Tokyo", "c1")[:2], call_id="c1")],
-                           [assistant_message("I could not get the weather.")],
-                           [function_call(*weather("Tokyo", "c2")[:2], call_id="c2")],
-                           [assistant_message("Still nothing.")]])
+    model = ScriptedModel(
+        [
+            [function_call(*weather("Tokyo", "c1")[:2], call_id="c1")],
+            [assistant_message("I could not get the weather.")],
+            [function_call(*weather("Tokyo", "c2")[:2], call_id="c2")],
+            [assistant_message("Still nothing.")],
+        ]
+    )
     with FakeJudge() as fake:
         hallucination(fake)
         async with Gate(ReflectionConfig(judge=fake.config), policy=GatePolicy(judge_when="ungrounded")) as gate:
@@ -284,6 +319,7 @@ async def test_openai_agents_a_hallucinated_call_repeated_in_a_follow_up_run_is_
 
 
 # --- a repeated bad call ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("on_invalid", ["reflect", "deny"])
 async def test_a_call_repeated_unchanged_never_runs_and_every_attempt_gets_the_same_feedback(framework, on_invalid):
@@ -305,6 +341,7 @@ async def test_a_call_repeated_unchanged_never_runs_and_every_attempt_gets_the_s
 
 # --- parallel calls -----------------------------------------------------------------------------
 
+
 async def test_parallel_calls_run_the_valid_one_once_and_the_refused_one_only_when_fixed(framework):
     steps: list[Step] = [
         [weather("Paris", "c1"), weather("Paris", "c2", units="kelvin")],
@@ -314,8 +351,10 @@ async def test_parallel_calls_run_the_valid_one_once_and_the_refused_one_only_wh
     async with Gate(ReflectionConfig()) as gate:
         outcome = await FRAMEWORKS[framework](gate, steps)
     assert outcome.error is None, outcome.error
-    assert outcome.received == [{"tool": "get_weather", "city": "Paris", "units": "celsius"},
-                                {"tool": "get_weather", "city": "Paris", "units": "fahrenheit"}]
+    assert outcome.received == [
+        {"tool": "get_weather", "city": "Paris", "units": "celsius"},
+        {"tool": "get_weather", "city": "Paris", "units": "fahrenheit"},
+    ]
     assert outcome.shown["c1"] == "12 degrees celsius in Paris"
     assert outcome.shown["c2"].startswith('The call to "get_weather" was not run.')
     assert outcome.shown["c3"] == "12 degrees fahrenheit in Paris"
@@ -334,14 +373,19 @@ async def test_parallel_calls_with_a_correctable_one_run_each_call_once_and_say_
     async with Gate(ReflectionConfig()) as gate:
         outcome = await FRAMEWORKS[framework](gate, steps)
     assert outcome.error is None, outcome.error
-    assert sorted(outcome.received, key=str) == sorted([{"tool": "get_weather", "city": "Paris", "units": "celsius"},
-                                                        {"tool": "delete_forecast", "city": "Oslo"}], key=str)
+    assert sorted(outcome.received, key=str) == sorted(
+        [{"tool": "get_weather", "city": "Paris", "units": "celsius"}, {"tool": "delete_forecast", "city": "Oslo"}],
+        key=str,
+    )
     assert outcome.shown["c2"] == "deleted the forecast for Oslo"
-    note = ('Note from reflection: the call was corrected before it ran: '
-            '$.units: changed "Celsius" to the allowed value "celsius".')
+    note = (
+        "Note from reflection: the call was corrected before it ran: "
+        '$.units: changed "Celsius" to the allowed value "celsius".'
+    )
     if framework == "openai_agents":
-        assert outcome.shown["c1"].endswith('Suggested call (passes the static checks): "get_weather" '
-                                            '{"city":"Paris","units":"celsius"}')
+        assert outcome.shown["c1"].endswith(
+            'Suggested call (passes the static checks): "get_weather" {"city":"Paris","units":"celsius"}'
+        )
         assert outcome.shown["c3"] == "12 degrees celsius in Paris"
     elif framework in ("langchain", "langgraph_sync"):
         assert outcome.shown["c1"] == f"12 degrees celsius in Paris\n\n{note}"
@@ -351,10 +395,15 @@ async def test_parallel_calls_with_a_correctable_one_run_each_call_once_and_say_
 
 # --- a misspelled tool name -----------------------------------------------------------------------
 
+
 async def test_a_misspelled_tool_name_never_runs_a_tool(framework):
     """Every framework refuses a name it does not know before its hook runs; nothing runs under
     the misspelled name or as the tool it resembles, and the properly named retry runs once."""
-    steps: list[Step] = [[("get_wether", {"city": "Paris", "units": "celsius"}, "c1")], [weather("Paris", "c2")], "12 degrees."]
+    steps: list[Step] = [
+        [("get_wether", {"city": "Paris", "units": "celsius"}, "c1")],
+        [weather("Paris", "c2")],
+        "12 degrees.",
+    ]
     async with Gate(ReflectionConfig()) as gate:
         outcome = await FRAMEWORKS[framework](gate, steps)
     if framework == "openai_agents":  # the SDK ends the run on an unknown tool
@@ -368,18 +417,28 @@ async def test_a_misspelled_tool_name_never_runs_a_tool(framework):
 
 # --- a judge error on the re-ask ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(("risk", "runs"), [("low", True), ("high", False)])
 async def test_a_judge_error_on_the_re_ask_falls_back_to_the_policy_for_the_tools_risk(framework, risk, runs):
     """Round one: the judge fails the hallucinated call. Round two, the fixed call: the judge
     answers HTTP 500 every time; a low-risk tool fails open, a high-risk one fails closed."""
     steps: list[Step] = [[weather("Tokyo", "c1")], [weather("Paris", "c2")], "Done."]
     with FakeJudge() as fake:
-        fake.reply_json({"general_hallucination_check": {"score": 1, "explanation": "Tokyo appears nowhere",
-                                                         "evidence": [], "confidence": 0.9}})
+        fake.reply_json(
+            {
+                "general_hallucination_check": {
+                    "score": 1,
+                    "explanation": "Tokyo appears nowhere",
+                    "evidence": [],
+                    "confidence": 0.9,
+                }
+            }
+        )
         fake.fail(500, times=3)  # every attempt of the second request
         policy = GatePolicy(tools=(ToolRule(match="get_weather", risk=risk),))
-        async with Gate(ReflectionConfig(judge=fake.config, checks=("general_hallucination_check",)),
-                        policy=policy) as gate:
+        async with Gate(
+            ReflectionConfig(judge=fake.config, checks=("general_hallucination_check",)), policy=policy
+        ) as gate:
             outcome = await FRAMEWORKS[framework](gate, steps)
     assert outcome.error is None, outcome.error
     assert outcome.shown["c1"].startswith('The call to "get_weather" was not run.')

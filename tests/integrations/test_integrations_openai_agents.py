@@ -19,21 +19,27 @@ set_tracing_disabled(True)  # the SDK would otherwise try to export traces over 
 HEADERS = {action: header.split(".")[0] for action, header in FEEDBACK_HEADERS.items()}
 
 
-
 def build(gate: Gate, steps: list) -> tuple[Agent, ScriptedModel, list[dict]]:
     refunds: list[dict] = []
 
     model = ScriptedModel(steps)
-    agent = Agent(name="support", instructions=INSTRUCTIONS, model=model,
-                  tools=guard_tools([function_tool(fn) for fn in refund_tools(refunds)], gate))
+    agent = Agent(
+        name="support",
+        instructions=INSTRUCTIONS,
+        model=model,
+        tools=guard_tools([function_tool(fn) for fn in refund_tools(refunds)], gate),
+    )
     return agent, model, refunds
 
 
 def tool_outputs(model: ScriptedModel, call_index: int) -> dict[str, str]:
     """call id -> the tool result the model was shown in its `call_index`-th request."""
     items = model.calls[call_index].input
-    return {item["call_id"]: item["output"] for item in items
-            if isinstance(item, dict) and item.get("type") == "function_call_output"}
+    return {
+        item["call_id"]: item["output"]
+        for item in items
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    }
 
 
 @pytest.mark.parametrize("on_invalid", ["reflect", "deny"])
@@ -41,11 +47,14 @@ async def test_an_invalid_call_is_not_run_and_its_feedback_is_the_tool_result(on
     with FakeJudge() as fake:
         fake.reply_json(FAIL_HALLUCINATION)  # the first judge request; later ones pass
         async with Gate(ReflectionConfig(judge=fake.config), policy=GatePolicy(on_invalid=on_invalid)) as gate:
-            agent, model, refunds = build(gate, [
-                [function_call("refund_order", {"order_id": "ORD-999", "amount": 49.9}, call_id="c1")],
-                [function_call("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, call_id="c2")],
-                [assistant_message("Refunded 49.90 on ORD-1042.")],
-            ])
+            agent, model, refunds = build(
+                gate,
+                [
+                    [function_call("refund_order", {"order_id": "ORD-999", "amount": 49.9}, call_id="c1")],
+                    [function_call("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, call_id="c2")],
+                    [assistant_message("Refunded 49.90 on ORD-1042.")],
+                ],
+            )
             result = await Runner.run(agent, QUESTION)
     assert refunds == [{"order_id": "ORD-1042", "amount": 49.9}]  # only the second call ran
     feedback = tool_outputs(model, 1)["c1"]
@@ -64,12 +73,15 @@ async def test_an_invalid_call_is_not_run_and_its_feedback_is_the_tool_result(on
 async def test_a_follow_up_run_is_judged_with_the_earlier_calls_and_their_results():
     with FakeJudge() as fake:
         async with Gate(ReflectionConfig(judge=fake.config)) as gate:
-            agent, model, refunds = build(gate, [
-                [function_call("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, call_id="c1")],
-                [assistant_message("Refunded.")],
-                [function_call("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, call_id="c2")],
-                [assistant_message("Refunded again.")],
-            ])
+            agent, model, refunds = build(
+                gate,
+                [
+                    [function_call("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, call_id="c1")],
+                    [assistant_message("Refunded.")],
+                    [function_call("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, call_id="c2")],
+                    [assistant_message("Refunded again.")],
+                ],
+            )
             first = await Runner.run(agent, QUESTION)
             await Runner.run(agent, [*first.to_input_list(), {"role": "user", "content": "Did it go through?"}])
     conversation = fake.requests[1].data["conversation"]
@@ -81,15 +93,20 @@ async def test_a_follow_up_run_is_judged_with_the_earlier_calls_and_their_result
 
 async def test_a_correctable_call_sends_the_verified_correction_back_since_guardrails_cannot_rewrite():
     async with Gate(ReflectionConfig()) as gate:  # no judge: static checks decide
-        agent, model, refunds = build(gate, [
-            [function_call("refund_order", '{"order_id": "ORD-1042", "amount": "49.9"}', call_id="c1")],
-            [function_call("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, call_id="c2")],
-            [assistant_message("done")],
-        ])
+        agent, model, refunds = build(
+            gate,
+            [
+                [function_call("refund_order", '{"order_id": "ORD-1042", "amount": "49.9"}', call_id="c1")],
+                [function_call("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, call_id="c2")],
+                [assistant_message("done")],
+            ],
+        )
         result = await Runner.run(agent, QUESTION)
     assert refunds == [{"order_id": "ORD-1042", "amount": 49.9}]
     feedback = tool_outputs(model, 1)["c1"]
-    assert feedback.endswith('Suggested call (passes the static checks): "refund_order" {"order_id":"ORD-1042","amount":49.9}')
+    assert feedback.endswith(
+        'Suggested call (passes the static checks): "refund_order" {"order_id":"ORD-1042","amount":49.9}'
+    )
     assert [r.output.output_info.action for r in result.tool_input_guardrail_results] == ["modify", "allow"]
 
 
@@ -97,9 +114,12 @@ async def test_escalate_trips_the_guardrail_and_carries_the_decision():
     with FakeJudge() as fake:
         fake.reply_json(FAIL_HALLUCINATION)
         async with Gate(ReflectionConfig(judge=fake.config), policy=GatePolicy(on_invalid="escalate")) as gate:
-            agent, _, refunds = build(gate, [
-                [function_call("refund_order", {"order_id": "ORD-999", "amount": 49.9}, call_id="c1")],
-            ])
+            agent, _, refunds = build(
+                gate,
+                [
+                    [function_call("refund_order", {"order_id": "ORD-999", "amount": 49.9}, call_id="c1")],
+                ],
+            )
             with pytest.raises(ToolInputGuardrailTripwireTriggered) as raised:
                 await Runner.run(agent, QUESTION)
     assert refunds == []
@@ -107,18 +127,23 @@ async def test_escalate_trips_the_guardrail_and_carries_the_decision():
     assert decision.action == "escalate" and decision.tool == "refund_order"
     assert decision.reason == "judge checks failed: general_hallucination_check"
     # For the person who decides, not for the model ("propose the call again" is the model's).
-    assert approval_text(decision) == ('The call to "refund_order" is waiting for a person\'s approval: '
-                                       "judge checks failed: general_hallucination_check.")
+    assert approval_text(decision) == (
+        'The call to "refund_order" is waiting for a person\'s approval: '
+        "judge checks failed: general_hallucination_check."
+    )
 
 
 async def test_shadow_mode_runs_everything_and_records_what_it_would_have_done():
     with FakeJudge() as fake:
         fake.reply_json(FAIL_HALLUCINATION)
         async with Gate(ReflectionConfig(judge=fake.config), policy=GatePolicy(shadow=True)) as gate:
-            agent, _, refunds = build(gate, [
-                [function_call("refund_order", {"order_id": "ORD-999", "amount": 49.9}, call_id="c1")],
-                [assistant_message("done")],
-            ])
+            agent, _, refunds = build(
+                gate,
+                [
+                    [function_call("refund_order", {"order_id": "ORD-999", "amount": 49.9}, call_id="c1")],
+                    [assistant_message("done")],
+                ],
+            )
             result = await Runner.run(agent, QUESTION)
     assert refunds == [{"order_id": "ORD-999", "amount": 49.9}]
     decision = result.tool_input_guardrail_results[0].output.output_info

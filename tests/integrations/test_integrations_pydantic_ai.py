@@ -22,7 +22,6 @@ from reflection.testing import FakeJudge
 from refund_agent import FAIL_HALLUCINATION, INSTRUCTIONS, QUESTION, refund_tools
 
 
-
 def scripted(*steps: tuple[str, dict, str] | str) -> tuple[FunctionModel, list[list[ModelMessage]]]:
     """A model that answers step by step: a (tool, args, call id) step calls a tool, a string ends."""
     seen: list[list[ModelMessage]] = []
@@ -47,14 +46,21 @@ def build(gate: Gate, model: FunctionModel, **kwargs) -> tuple[Agent, list[dict]
 
 
 def tool_returns(messages: list[ModelMessage]) -> dict[str, str]:
-    return {p.tool_call_id: p.content for m in messages if isinstance(m, ModelRequest)
-            for p in m.parts if isinstance(p, ToolReturnPart)}
+    return {
+        p.tool_call_id: p.content
+        for m in messages
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    }
 
 
 async def test_an_invalid_call_is_answered_with_the_feedback_and_the_fixed_one_runs():
-    model, seen = scripted(("refund_order", {"order_id": "ORD-999", "amount": 49.9}, "c1"),
-                           ("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, "c2"),
-                           "Refunded 49.90 on ORD-1042.")
+    model, seen = scripted(
+        ("refund_order", {"order_id": "ORD-999", "amount": 49.9}, "c1"),
+        ("refund_order", {"order_id": "ORD-1042", "amount": 49.9}, "c2"),
+        "Refunded 49.90 on ORD-1042.",
+    )
     with FakeJudge() as fake:
         fake.reply_json(FAIL_HALLUCINATION)
         async with Gate(ReflectionConfig(judge=fake.config)) as gate:
@@ -78,7 +84,9 @@ async def test_an_invalid_call_is_answered_with_the_feedback_and_the_fixed_one_r
 
 
 async def test_deny_never_spends_a_retry_even_when_repeated():
-    model, _ = scripted(*[("refund_order", {"order_id": "ORD-999", "amount": 49.9}, f"c{i}") for i in range(4)], "gave up")
+    model, _ = scripted(
+        *[("refund_order", {"order_id": "ORD-999", "amount": 49.9}, f"c{i}") for i in range(4)], "gave up"
+    )
     with FakeJudge() as fake:
         fake.script("general_hallucination_check", score=1, explanation="order ORD-999 appears nowhere")
         async with Gate(ReflectionConfig(judge=fake.config), policy=GatePolicy(on_invalid="deny")) as gate:
@@ -102,10 +110,17 @@ async def test_a_correction_the_tool_would_reject_is_validated_and_run_and_recor
         result = await agent.run("Weather in Oslo, in Celsius?")
     assert readings == [{"city": "Oslo", "units": "celsius"}]
     assert tool_returns(seen[1])["c1"] == "12"  # the model sees the tool's own result
-    (part,) = [p for m in result.all_messages() if isinstance(m, ModelRequest) for p in m.parts
-               if isinstance(p, ToolReturnPart)]
-    assert part.metadata["message"] == ('Note from reflection: the call was corrected before it ran: '
-                                        '$.units: changed "Celsius" to the allowed value "celsius".')
+    (part,) = [
+        p
+        for m in result.all_messages()
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    ]
+    assert part.metadata["message"] == (
+        "Note from reflection: the call was corrected before it ran: "
+        '$.units: changed "Celsius" to the allowed value "celsius".'
+    )
     assert part.metadata["reflection"]["action"] == "modify"
     assert part.metadata["reflection"]["call"]["arguments"] == {"city": "Oslo", "units": "celsius"}
 
@@ -121,8 +136,13 @@ async def test_a_correction_keeps_the_metadata_of_a_tool_that_returns_its_own():
             return ToolReturn(return_value="12", metadata={"station": "OSL"})
 
         result = await agent.run("Weather in Oslo, in Celsius?")
-    (part,) = [p for m in result.all_messages() if isinstance(m, ModelRequest) for p in m.parts
-               if isinstance(p, ToolReturnPart)]
+    (part,) = [
+        p
+        for m in result.all_messages()
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    ]
     assert part.content == "12" and part.metadata["station"] == "OSL"
     assert part.metadata["message"].startswith("Note from reflection: the call was corrected")
 
@@ -139,8 +159,9 @@ async def test_escalate_defers_the_call_for_a_person_and_an_approved_call_runs()
             assert pending.tool_call_id == "c1"
             decision = first.output.metadata["c1"]["reflection"]
             assert decision["action"] == "escalate" and decision["tool"] == "refund_order"
-            second = await agent.run(message_history=first.all_messages(),
-                                     deferred_tool_results=first.output.build_results(approve_all=True))
+            second = await agent.run(
+                message_history=first.all_messages(), deferred_tool_results=first.output.build_results(approve_all=True)
+            )
     assert refunds == [{"order_id": "ORD-999", "amount": 49.9}]  # a person approved it
     assert second.output == "Refund done."
 
@@ -150,8 +171,10 @@ def amount_in_words(*ids: str) -> list[tuple[str, dict, str]]:
     return [("refund_order", {"order_id": "ORD-1042", "amount": "forty-nine ninety"}, i) for i in ids]
 
 
-async def escalated_invalid_call(gate: Gate, *then: tuple[str, dict, str] | str,
-                                 ) -> tuple[Agent, list[dict], list, DeferredToolRequests, list]:
+async def escalated_invalid_call(
+    gate: Gate,
+    *then: tuple[str, dict, str] | str,
+) -> tuple[Agent, list[dict], list, DeferredToolRequests, list]:
     """A run whose model proposes the refund with an amount in words, then follows `then`."""
     model, seen = scripted(*amount_in_words("c1"), *then)
     agent, refunds = build(gate, model, output_type=[str, DeferredToolRequests])
@@ -172,15 +195,21 @@ async def test_escalate_defers_a_call_whose_arguments_the_tool_would_reject_inst
     metadata = requests.metadata["c1"]
     assert metadata["reflection"]["action"] == "escalate"
     assert metadata["reflection"]["reason"] == "static checks failed: incorrect_parameter_type"
-    assert metadata["message"] == ('The call to "refund_order" is waiting for a person\'s approval: '
-                                   "static checks failed: incorrect_parameter_type.")
+    assert metadata["message"] == (
+        'The call to "refund_order" is waiting for a person\'s approval: '
+        "static checks failed: incorrect_parameter_type."
+    )
 
 
 async def test_a_person_approves_an_escalated_call_with_corrected_arguments_and_it_runs():
     async with Gate(ReflectionConfig(), policy=GatePolicy(on_invalid="escalate")) as gate:
         agent, refunds, history, _, seen = await escalated_invalid_call(gate, "Refund done.")
-        second = await agent.run(message_history=history, deferred_tool_results=DeferredToolResults(
-            approvals={"c1": ToolApproved(override_args={"order_id": "ORD-1042", "amount": 49.9})}))
+        second = await agent.run(
+            message_history=history,
+            deferred_tool_results=DeferredToolResults(
+                approvals={"c1": ToolApproved(override_args={"order_id": "ORD-1042", "amount": 49.9})}
+            ),
+        )
     assert refunds == [{"order_id": "ORD-1042", "amount": 49.9}]
     assert tool_returns(seen[-1])["c1"] == "refunded 49.9 on ORD-1042"
     assert second.output == "Refund done."
@@ -189,8 +218,10 @@ async def test_a_person_approves_an_escalated_call_with_corrected_arguments_and_
 async def test_a_person_denies_an_escalated_call_and_the_model_gets_the_denial():
     async with Gate(ReflectionConfig(), policy=GatePolicy(on_invalid="escalate")) as gate:
         agent, refunds, history, _, seen = await escalated_invalid_call(gate, "I could not refund it.")
-        await agent.run(message_history=history, deferred_tool_results=DeferredToolResults(
-            approvals={"c1": ToolDenied("A person refused this refund.")}))
+        await agent.run(
+            message_history=history,
+            deferred_tool_results=DeferredToolResults(approvals={"c1": ToolDenied("A person refused this refund.")}),
+        )
     assert refunds == []
     assert tool_returns(seen[-1])["c1"] == "A person refused this refund."
 

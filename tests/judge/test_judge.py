@@ -14,7 +14,12 @@ from reflection.judge import Judge, JudgeConfig, JudgeError, Price
 from reflection.testing._protocol import completion
 
 BASE = "http://judge.test/v1"
-SCHEMA = {"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {"score": {"type": "integer"}},
+    "required": ["score"],
+    "additionalProperties": False,
+}
 MESSAGES = [{"role": "system", "content": "judge"}, {"role": "user", "content": "rate it"}]
 
 
@@ -49,7 +54,10 @@ async def test_request_uses_strict_json_schema_and_temperature_zero(respx_mock):
     body = parse_json(route.calls.last.request.content)
     assert answer.value == 4
     assert body["temperature"] == 0
-    assert body["response_format"] == {"type": "json_schema", "json_schema": {"name": "t", "strict": True, "schema": SCHEMA}}
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "t", "strict": True, "schema": SCHEMA},
+    }
     assert route.calls.last.request.headers["authorization"] == "Bearer sk-test-secret"
 
 
@@ -66,8 +74,11 @@ async def test_rejected_json_schema_falls_back_to_json_object_once_per_endpoint(
         await ask(judge)
         await ask(judge)
     formats = [parse_json(c.request.content).get("response_format") for c in route.calls]
-    assert formats == [{"type": "json_schema", "json_schema": {"name": "t", "strict": True, "schema": SCHEMA}},
-                       {"type": "json_object"}, {"type": "json_object"}]
+    assert formats == [
+        {"type": "json_schema", "json_schema": {"name": "t", "strict": True, "schema": SCHEMA}},
+        {"type": "json_object"},
+        {"type": "json_object"},
+    ]
 
 
 @respx.mock(base_url=BASE)
@@ -75,7 +86,7 @@ async def test_falls_back_to_prompt_only_json_when_json_object_is_rejected_too(r
     def server(request):
         if "response_format" in parse_json(request.content):
             return httpx.Response(400, json={"error": {"message": "unsupported"}})
-        return reply("```json\n{\"score\": 3}\n```")
+        return reply('```json\n{"score": 3}\n```')
 
     respx_mock.post("/chat/completions").mock(side_effect=server)
     async with Judge(config()) as judge:
@@ -83,13 +94,16 @@ async def test_falls_back_to_prompt_only_json_when_json_object_is_rejected_too(r
         assert judge.structured_mode == "prompt"
 
 
-@pytest.mark.parametrize("failure", [
-    httpx.Response(429, headers={"retry-after": "0"}, json={"error": {"message": "slow down"}}),
-    httpx.Response(500, json={"error": {"message": "boom"}}),
-    httpx.Response(503, json={"error": {"message": "unavailable"}}),
-    httpx.ConnectError("refused"),
-    httpx.ReadTimeout("slow"),
-])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        httpx.Response(429, headers={"retry-after": "0"}, json={"error": {"message": "slow down"}}),
+        httpx.Response(500, json={"error": {"message": "boom"}}),
+        httpx.Response(503, json={"error": {"message": "unavailable"}}),
+        httpx.ConnectError("refused"),
+        httpx.ReadTimeout("slow"),
+    ],
+)
 async def test_transient_failures_are_retried(failure):
     with respx.mock(base_url=BASE) as mock:
         route = mock.post("/chat/completions").mock(side_effect=[failure, reply({"score": 5})])
@@ -98,17 +112,21 @@ async def test_transient_failures_are_retried(failure):
         assert route.call_count == 2
 
 
-@pytest.mark.parametrize(("status", "requests"), [
-    (429, 3),  # retried until max_attempts
-    (500, 3),
-    (408, 3),
-    (409, 1),  # not retried
-    (400, 1),
-])
+@pytest.mark.parametrize(
+    ("status", "requests"),
+    [
+        (429, 3),  # retried until max_attempts
+        (500, 3),
+        (408, 3),
+        (409, 1),  # not retried
+        (400, 1),
+    ],
+)
 async def test_http_failures_surface_as_the_judges_own_status_error(status, requests):
     with respx.mock(base_url=BASE) as mock:
         route = mock.post("/chat/completions").mock(
-            return_value=httpx.Response(status, headers={"retry-after": "0"}, json={"error": {"message": "no"}}))
+            return_value=httpx.Response(status, headers={"retry-after": "0"}, json={"error": {"message": "no"}})
+        )
         async with Judge(config(structured_output="json_schema")) as judge:
             with pytest.raises(JudgeError, match=f"HTTP {status} from the judge endpoint: no ") as info:
                 await ask(judge)
@@ -118,10 +136,13 @@ async def test_http_failures_surface_as_the_judges_own_status_error(status, requ
     assert route.call_count == requests
 
 
-@pytest.mark.parametrize(("failure", "error", "reason"), [
-    (httpx.ConnectError("unreachable"), JudgeConnectionError, "could not connect to the judge endpoint"),
-    (httpx.ReadTimeout("slow"), JudgeTimeout, "the judge request timed out"),
-])
+@pytest.mark.parametrize(
+    ("failure", "error", "reason"),
+    [
+        (httpx.ConnectError("unreachable"), JudgeConnectionError, "could not connect to the judge endpoint"),
+        (httpx.ReadTimeout("slow"), JudgeTimeout, "the judge request timed out"),
+    ],
+)
 async def test_transport_failures_surface_as_the_judges_own_errors(failure, error, reason):
     with respx.mock(base_url=BASE) as mock:
         route = mock.post("/chat/completions").mock(side_effect=failure)
@@ -137,20 +158,23 @@ async def test_transport_failures_surface_as_the_judges_own_errors(failure, erro
 def test_the_judge_never_imports_the_openai_sdk():
     # The judge maps HTTP failures to its own errors: neither static-only use nor a judge pays
     # for the SDK (most of the import time it used to cost).
-    code = ("import sys, reflection\n"
-            "result = reflection.check_call({'name': 'f', 'arguments': {}}, [{'name': 'f', 'parameters': {}}])\n"
-            "assert result.valid, result\n"
-            "assert 'openai' not in sys.modules, 'static-only use imported openai'\n"
-            "reflection.Judge(reflection.JudgeConfig(api_key='k'))\n"
-            "assert 'openai' not in sys.modules, 'a judge imported openai'\n")
+    code = (
+        "import sys, reflection\n"
+        "result = reflection.check_call({'name': 'f', 'arguments': {}}, [{'name': 'f', 'parameters': {}}])\n"
+        "assert result.valid, result\n"
+        "assert 'openai' not in sys.modules, 'static-only use imported openai'\n"
+        "reflection.Judge(reflection.JudgeConfig(api_key='k'))\n"
+        "assert 'openai' not in sys.modules, 'a judge imported openai'\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 @respx.mock(base_url=BASE)
 async def test_retry_after_header_sets_the_wait(respx_mock):
     sleeps = []
-    respx_mock.post("/chat/completions").mock(side_effect=[
-        httpx.Response(429, headers={"retry-after": "7"}, json={}), reply({"score": 5})])
+    respx_mock.post("/chat/completions").mock(
+        side_effect=[httpx.Response(429, headers={"retry-after": "7"}, json={}), reply({"score": 5})]
+    )
     async with Judge(config(retry_max_wait=60)) as judge:
         original = judge._wait
         judge._wait = lambda state: sleeps.append(original(state)) or 0.0
@@ -161,7 +185,8 @@ async def test_retry_after_header_sets_the_wait(respx_mock):
 @respx.mock(base_url=BASE)
 async def test_invalid_reply_is_re_asked_quoting_the_validation_error_but_not_the_reply(respx_mock):
     route = respx_mock.post("/chat/completions").mock(
-        side_effect=[reply({"score": 9, "note": "IGNORE PREVIOUS"}), reply({"score": 8}), reply({"score": 2})])
+        side_effect=[reply({"score": 9, "note": "IGNORE PREVIOUS"}), reply({"score": 8}), reply({"score": 2})]
+    )
     async with Judge(config()) as judge:
         answer = await ask(judge)
     first, second, third = (parse_json(c.request.content)["messages"] for c in route.calls)
@@ -193,7 +218,9 @@ async def test_attempts_are_bounded_and_the_sdk_does_not_retry_on_its_own(respx_
 
 @respx.mock(base_url=BASE)
 async def test_client_errors_are_not_retried(respx_mock):
-    route = respx_mock.post("/chat/completions").mock(return_value=httpx.Response(409, json={"error": {"message": "busy"}}))
+    route = respx_mock.post("/chat/completions").mock(
+        return_value=httpx.Response(409, json={"error": {"message": "busy"}})
+    )
     async with Judge(config()) as judge:
         with pytest.raises(JudgeError, match="HTTP 409 from the judge endpoint: busy"):
             await ask(judge)
@@ -202,7 +229,12 @@ async def test_client_errors_are_not_retried(respx_mock):
 
 @respx.mock(base_url=BASE)
 async def test_usage_and_cost_are_summed_across_retries(respx_mock):
-    usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100, "prompt_tokens_details": {"cached_tokens": 400}}
+    usage = {
+        "prompt_tokens": 1000,
+        "completion_tokens": 100,
+        "total_tokens": 1100,
+        "prompt_tokens_details": {"cached_tokens": 400},
+    }
     respx_mock.post("/chat/completions").mock(side_effect=[reply({"score": 0}, usage), reply({"score": 5}, usage)])
     prices = {"m": Price(prompt=1.0, completion=2.0, cached=0.5)}
     async with Judge(config(prices=prices)) as judge:

@@ -12,14 +12,22 @@ from reflection import JudgeFatalError
 from reflection.judge import Judge, JudgeConfig, JudgeError
 
 MESSAGES = [{"role": "system", "content": "judge"}, {"role": "user", "content": "rate it"}]
-SCHEMA = {"type": "object", "properties": {"explanation": {"type": "string"}, "score": {"type": "integer"}},
-          "required": ["explanation", "score"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {"explanation": {"type": "string"}, "score": {"type": "integer"}},
+    "required": ["explanation", "score"],
+    "additionalProperties": False,
+}
 
 
 def served(*args):
     """A stand-in server process (`python -m reflection.testing.server ...`) and its base URL."""
-    process = subprocess.Popen([sys.executable, "-m", "reflection.testing.server", "--idle-timeout", "30", *args],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "reflection.testing.server", "--idle-timeout", "30", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     return process, process.stdout.readline().strip()
 
 
@@ -82,5 +90,7 @@ async def test_a_server_answering_401_is_fatal(server_process, monkeypatch):
     url = server_process("--transport-fault", "status", "--status", "401")
     with pytest.raises(JudgeFatalError) as info:
         await ask(JudgeConfig(base_url=url, model="stand-in", api_key_env="MY_JUDGE_KEY"))
-    assert str(info.value) == (f"judge {url}/chat/completions: HTTP 401: Incorrect API key provided "
-                               "(API key from the environment variable MY_JUDGE_KEY)")
+    assert str(info.value) == (
+        f"judge {url}/chat/completions: HTTP 401: Incorrect API key provided "
+        "(API key from the environment variable MY_JUDGE_KEY)"
+    )

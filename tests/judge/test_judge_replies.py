@@ -19,10 +19,22 @@ from reflection.testing._protocol import ReplyStyler, check_reply, completion
 from reflection.testing.server import StandInJudge
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
-    {"type": "function", "function": {"name": "get_time", "description": "Local time in a city.", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "Local time in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    },
 ]
 HISTORY = [{"role": "user", "content": "What's the weather in Paris?"}]
 CALL = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
@@ -44,19 +56,33 @@ def read(content=None, **fields):
 OBJECT = {"score": 4, "explanation": "fine"}
 
 
-@pytest.mark.parametrize("content", [
-    dumps(OBJECT),
-    f"Here is my assessment: {dumps(OBJECT)} Let me know if you need anything else.",
-    f"Sure.\n\n```json\n{dumps(OBJECT)}\n```\nHope this helps.",
-    f"```\n{dumps(OBJECT)}\n```",
-    f"<think>\nmaybe {{\"score\": 1}} instead?\n</think>\n{dumps(OBJECT)}",
-    f"reasoning whose opening tag the server cut off {{\"score\": 1}}</think>\n\n{dumps(OBJECT)}",
-    dumps(dumps(OBJECT)),
-    "{'score': 4, 'explanation': 'fine'}",
-    "{\"score\": 4, \"explanation\": \"fine\",}",
-    "Result: {'score': 4, 'explanation': 'fine', 'flag': None, 'ok': True}",
-], ids=["strict", "prose", "fenced", "bare_fence", "think", "cut_think", "double_encoded", "single_quotes",
-        "trailing_comma", "python_literals_in_prose"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        dumps(OBJECT),
+        f"Here is my assessment: {dumps(OBJECT)} Let me know if you need anything else.",
+        f"Sure.\n\n```json\n{dumps(OBJECT)}\n```\nHope this helps.",
+        f"```\n{dumps(OBJECT)}\n```",
+        f'<think>\nmaybe {{"score": 1}} instead?\n</think>\n{dumps(OBJECT)}',
+        f'reasoning whose opening tag the server cut off {{"score": 1}}</think>\n\n{dumps(OBJECT)}',
+        dumps(dumps(OBJECT)),
+        "{'score': 4, 'explanation': 'fine'}",
+        '{"score": 4, "explanation": "fine",}',
+        "Result: {'score': 4, 'explanation': 'fine', 'flag': None, 'ok': True}",
+    ],
+    ids=[
+        "strict",
+        "prose",
+        "fenced",
+        "bare_fence",
+        "think",
+        "cut_think",
+        "double_encoded",
+        "single_quotes",
+        "trailing_comma",
+        "python_literals_in_prose",
+    ],
+)
 def test_the_reply_object_is_found_whatever_its_wrapping(content):
     data = read(content)
     assert {key: data[key] for key in OBJECT} == OBJECT
@@ -83,23 +109,29 @@ def test_content_parts_are_joined():
     assert read([{"type": "text", "text": dumps(OBJECT)}]) == OBJECT
 
 
-@pytest.mark.parametrize(("fields", "reason"), [
-    ({"content": None, "refusal": "I can't help with that."}, "refused"),
-    ({"content": ""}, "empty reply"),
-    ({"content": "   \n"}, "empty reply"),
-    ({"content": None, "reasoning_content": "thinking..."}, "only its reasoning"),
-])
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"content": None, "refusal": "I can't help with that."}, "refused"),
+        ({"content": ""}, "empty reply"),
+        ({"content": "   \n"}, "empty reply"),
+        ({"content": None, "reasoning_content": "thinking..."}, "only its reasoning"),
+    ],
+)
 def test_refusal_and_empty_replies_are_reported_as_such(fields, reason):
     with pytest.raises(UnreadableReply, match=reason):
         reply_text({"role": "assistant", **fields})
 
 
-@pytest.mark.parametrize(("content", "reason"), [
-    ("Sure! Here is my review: looks fine.", "no JSON object"),
-    ('{"score": 4, "explanation": "the reply was cut', "cut off"),
-    ('{"score": 4} and on second thought {"score": 2}', "several different"),
-    ("[1, 2]", "not another JSON value"),
-])
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("Sure! Here is my review: looks fine.", "no JSON object"),
+        ('{"score": 4, "explanation": "the reply was cut', "cut off"),
+        ('{"score": 4} and on second thought {"score": 2}', "several different"),
+        ("[1, 2]", "not another JSON value"),
+    ],
+)
 def test_a_reply_without_exactly_one_certain_object_is_unreadable(content, reason):
     with pytest.raises(UnreadableReply, match=reason):
         read_json(content)
@@ -111,8 +143,11 @@ def test_the_same_object_twice_is_one_answer():
 
 # --- coercing one check's answer -------------------------------------------------------------
 
-@pytest.mark.parametrize(("score", "note"), [("4", "score given as text, read as 4"), (4.0, "score 4.0 read as 4"),
-                                             (" 4 ", "score given as text, read as 4")])
+
+@pytest.mark.parametrize(
+    ("score", "note"),
+    [("4", "score given as text, read as 4"), (4.0, "score 4.0 read as 4"), (" 4 ", "score given as text, read as 4")],
+)
 def test_a_score_whose_meaning_is_certain_is_read_with_a_note(score, note):
     reply = read_check({**check_reply(3), "score": score})
     assert reply.score == 4 and reply.notes == (note,)
@@ -131,10 +166,20 @@ def test_a_missing_score_is_invalid():
         read_check(answer)
 
 
-@pytest.mark.parametrize(("confidence", "value"), [
-    (85, 0.85), ("85%", 0.85), ("85", 0.85), (85.0, 0.85), ("0.7", 0.7), (1, 1.0), (0, 0.0),
-    *[(word, number) for word, number in CONFIDENCE_WORDS.items()], ("HIGH", CONFIDENCE_WORDS["high"]),
-])
+@pytest.mark.parametrize(
+    ("confidence", "value"),
+    [
+        (85, 0.85),
+        ("85%", 0.85),
+        ("85", 0.85),
+        (85.0, 0.85),
+        ("0.7", 0.7),
+        (1, 1.0),
+        (0, 0.0),
+        *[(word, number) for word, number in CONFIDENCE_WORDS.items()],
+        ("HIGH", CONFIDENCE_WORDS["high"]),
+    ],
+)
 def test_confidence_percentages_and_words_are_read_as_probabilities(confidence, value):
     reply = read_check({**check_reply(3), "confidence": confidence})
     assert reply.confidence == pytest.approx(value)
@@ -164,21 +209,25 @@ def test_missing_optional_fields_take_their_defaults_and_extra_keys_are_ignored(
 
 
 def test_an_exact_answer_needs_no_notes():
-    reply = read_check(check_reply(4, evidence=["q"], confidence=0.8,
-                                   correction={"suggested_arguments_json": {"city": "Rome"}}))
+    reply = read_check(
+        check_reply(4, evidence=["q"], confidence=0.8, correction={"suggested_arguments_json": {"city": "Rome"}})
+    )
     assert (reply.score, reply.confidence, reply.evidence, reply.notes) == (4, 0.8, ("q",), ())
     assert reply.correction.suggested_arguments == {"city": "Rome"}
 
 
-@pytest.mark.parametrize(("correction", "note"), [
-    ({"suggested_arguments_json": "use the date the user gave"}, "suggested arguments were not a JSON object"),
-    ({"suggested_arguments_json": "[1, 2]"}, "suggested arguments were not a JSON object"),
-    ({"suggested_arguments_json": "{\"a\": " * 300 + "1" + "}" * 300}, "suggested arguments cannot be used (nesting"),
-    ({"suggested_arguments_json": {"n": 10 ** 5000}}, "suggested arguments cannot be used (an integer"),
-    ({"better_function": "no_such_tool"}, "better_function is not one of the tools"),
-    ({"missing_prerequisite": 42}, "missing_prerequisite was not text"),
-    ("call get_time first", "correction was not an object"),
-])
+@pytest.mark.parametrize(
+    ("correction", "note"),
+    [
+        ({"suggested_arguments_json": "use the date the user gave"}, "suggested arguments were not a JSON object"),
+        ({"suggested_arguments_json": "[1, 2]"}, "suggested arguments were not a JSON object"),
+        ({"suggested_arguments_json": '{"a": ' * 300 + "1" + "}" * 300}, "suggested arguments cannot be used (nesting"),
+        ({"suggested_arguments_json": {"n": 10**5000}}, "suggested arguments cannot be used (an integer"),
+        ({"better_function": "no_such_tool"}, "better_function is not one of the tools"),
+        ({"missing_prerequisite": 42}, "missing_prerequisite was not text"),
+        ("call get_time first", "correction was not an object"),
+    ],
+)
 def test_a_malformed_optional_part_is_dropped_with_a_note_and_the_score_stands(correction, note):
     reply = read_check({**check_reply(2), "correction": correction}, frozenset({"get_weather", "get_time"}))
     assert reply.score == 2 and reply.correction is None
@@ -192,6 +241,7 @@ def test_the_valid_parts_of_a_correction_are_kept():
 
 
 # --- through the real client: every style --------------------------------------------------
+
 
 def expected_requests(style):
     return 2 if style in ("empty", "truncated") else 1  # re-asked: the same request, or with a bigger budget
@@ -217,7 +267,8 @@ async def test_every_reply_style_is_read_in_per_check_mode(style):
         result = await reflect(INVENTED, TOOLS, HISTORY, config=ReflectionConfig(judge=judge.config, mode="per_check"))
     assert result.overall_valid is False
     assert {name: check.score for name, check in result.semantic.items()} == {
-        name: 2 if name == "general_hallucination_check" else 5 for name in SEMANTIC_CHECKS}
+        name: 2 if name == "general_hallucination_check" else 5 for name in SEMANTIC_CHECKS
+    }
 
 
 async def test_a_truncated_reply_is_never_completed_by_a_guess_but_asked_again_with_more_room():
@@ -259,7 +310,8 @@ async def test_notes_say_what_was_coerced_and_stay_out_of_the_flat_keys():
     assert notes["general_value_format_alignment"] == ("score 5.0 read as 5",)
     assert not any("note" in key for key in result.flat())
     assert parse_json(result.model_dump_json())["semantic"]["general_hallucination_check"]["notes"] == [
-        "score given as text, read as 5"]
+        "score given as text, read as 5"
+    ]
 
 
 @pytest.mark.parametrize("style", ["single_quotes", "python_literals", "trailing_commas"])
@@ -289,8 +341,12 @@ async def test_a_missing_confidence_never_makes_a_check_uncertain():
 async def test_a_lone_checks_answer_without_its_name_is_read_in_per_check_mode():
     with FakeJudge() as judge:
         judge.reply_json(check_reply(2), times=1)
-        result = await reflect(INVENTED, TOOLS, HISTORY, config=ReflectionConfig(
-            judge=judge.config, mode="per_check", checks=("general_hallucination_check",)))
+        result = await reflect(
+            INVENTED,
+            TOOLS,
+            HISTORY,
+            config=ReflectionConfig(judge=judge.config, mode="per_check", checks=("general_hallucination_check",)),
+        )
     check = result.semantic["general_hallucination_check"]
     assert check.score == 2 and "without its name" in check.notes[0] and len(judge.requests) == 1
 
@@ -298,8 +354,9 @@ async def test_a_lone_checks_answer_without_its_name_is_read_in_per_check_mode()
 async def test_a_refusal_becomes_a_judge_error_that_says_so():
     config = JudgeConfig(base_url="http://judge.test/v1", model="m", api_key="k", max_attempts=1)
     with respx.mock(base_url=config.base_url) as router:
-        router.post("/chat/completions").mock(return_value=httpx.Response(200, json=completion(
-            None, {"messages": []}, refusal="I can't help with that.")))
+        router.post("/chat/completions").mock(
+            return_value=httpx.Response(200, json=completion(None, {"messages": []}, refusal="I can't help with that."))
+        )
         result = await reflect(CALL, TOOLS, HISTORY, config=ReflectionConfig(judge=config))
     assert result.overall_valid is None
     assert "refused" in result.semantic["general_hallucination_check"].error
@@ -309,14 +366,18 @@ def test_a_check_answered_twice_differently_is_not_guessed():
     from reflection.semantic import _parse_reply
 
     checks = ("general_hallucination_check", "general_value_format_alignment")
-    data = {"general_hallucination_check": check_reply(5), "GENERAL_HALLUCINATION_CHECK": check_reply(2),
-            "general_value_format_alignment": check_reply(4)}
+    data = {
+        "general_hallucination_check": check_reply(5),
+        "GENERAL_HALLUCINATION_CHECK": check_reply(2),
+        "general_value_format_alignment": check_reply(4),
+    }
     reading = _parse_reply(checks, None)(data)
     assert list(reading.replies) == ["general_value_format_alignment"]
     assert reading.problems == {"general_hallucination_check": "answered twice, differently"}
 
 
 # --- salvaging partial replies ------------------------------------------------------------
+
 
 def partial_reply():
     return {
@@ -356,15 +417,21 @@ async def test_the_follow_up_quotes_neither_the_reply_nor_the_session_outside_th
 
 
 async def test_checks_still_unanswered_after_the_follow_up_are_errors_and_the_rest_stand():
-    still_bad = {"function_selection_appropriateness": check_reply(4),
-                 "agentic_constraints_satisfaction": {**check_reply(4), "score": 3.5}}
+    still_bad = {
+        "function_selection_appropriateness": check_reply(4),
+        "agentic_constraints_satisfaction": {**check_reply(4), "score": 3.5},
+    }
     with FakeJudge() as judge:
         judge.reply_json(partial_reply()).reply_json(still_bad)
         result = await reflect(CALL, TOOLS, HISTORY, config=ReflectionConfig(judge=judge.config))
     assert len(judge.requests) == 2
     statuses = {name: check.status for name, check in result.semantic.items()}
-    assert statuses == {"general_hallucination_check": "failed", "general_value_format_alignment": "passed",
-                        "function_selection_appropriateness": "passed", "agentic_constraints_satisfaction": "error"}
+    assert statuses == {
+        "general_hallucination_check": "failed",
+        "general_value_format_alignment": "passed",
+        "function_selection_appropriateness": "passed",
+        "agentic_constraints_satisfaction": "error",
+    }
     assert "no valid answer" in result.semantic["agentic_constraints_satisfaction"].error
 
 
@@ -379,28 +446,60 @@ async def test_a_reply_that_answers_no_check_is_re_asked_whole_without_echoing_v
 
 # --- the stand-in server -------------------------------------------------------------------
 
+
 @pytest.mark.slow
 async def test_the_stand_in_speaks_every_style_and_verdicts_stay_right():
     with StandInJudge(reply_style="mixture", idle_timeout=20) as server:
-        config = ReflectionConfig(judge=JudgeConfig(base_url=server.base_url, model="stand-in", max_attempts=3,
-                                                    retry_max_wait=0))
+        config = ReflectionConfig(
+            judge=JudgeConfig(base_url=server.base_url, model="stand-in", max_attempts=3, retry_max_wait=0)
+        )
         for i in range(12):
-            ok = await reflect({"name": "get_weather", "arguments": {"city": "Paris"}}, TOOLS,
-                               [{"role": "user", "content": f"Weather in Paris, please ({i})"}], config=config)
-            bad = await reflect({"name": "get_weather", "arguments": {"city": f"Atlantis{i}"}}, TOOLS,
-                                [{"role": "user", "content": f"Weather in Paris, please ({i})"}], config=config)
+            ok = await reflect(
+                {"name": "get_weather", "arguments": {"city": "Paris"}},
+                TOOLS,
+                [{"role": "user", "content": f"Weather in Paris, please ({i})"}],
+                config=config,
+            )
+            bad = await reflect(
+                {"name": "get_weather", "arguments": {"city": f"Atlantis{i}"}},
+                TOOLS,
+                [{"role": "user", "content": f"Weather in Paris, please ({i})"}],
+                config=config,
+            )
             assert ok.overall_valid is True and bad.overall_valid is False
     assert len(server.styler.counts) > 5
 
 
 @pytest.mark.slow
 def test_the_stand_in_process_takes_a_reply_style():
-    proc = subprocess.Popen([sys.executable, "-m", "reflection.testing.server", "--reply-style", "tool_call",
-                             "--idle-timeout", "10", "--max-requests", "1"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "reflection.testing.server",
+            "--reply-style",
+            "tool_call",
+            "--idle-timeout",
+            "10",
+            "--max-requests",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         base_url = proc.stdout.readline().strip()
-        body = {"model": "m", "messages": [{"role": "user", "content": "<reply_schema>\n" + dumps(
-            {"type": "object", "properties": {"general_hallucination_check": {}}}) + "\n</reply_schema>"}]}
+        body = {
+            "model": "m",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": "<reply_schema>\n"
+                    + dumps({"type": "object", "properties": {"general_hallucination_check": {}}})
+                    + "\n</reply_schema>",
+                }
+            ],
+        }
         answer = httpx.post(base_url + "/chat/completions", json=body, timeout=10).json()
         message = answer["choices"][0]["message"]
         assert message["content"] is None
@@ -412,13 +511,16 @@ def test_the_stand_in_process_takes_a_reply_style():
 async def test_the_judge_client_reads_a_tool_call_reply_for_any_validator():
     call = {"id": "c1", "type": "function", "function": {"name": "t", "arguments": dumps({"score": 3})}}
     with respx.mock(base_url="http://judge.test/v1") as router:
-        router.post("/chat/completions").mock(return_value=httpx.Response(200, json=completion(
-            None, {"messages": []}, finish_reason="tool_calls", tool_calls=[call])))
+        router.post("/chat/completions").mock(
+            return_value=httpx.Response(
+                200, json=completion(None, {"messages": []}, finish_reason="tool_calls", tool_calls=[call])
+            )
+        )
         async with Judge(JudgeConfig(base_url="http://judge.test/v1", model="m", api_key="k")) as judge:
-            answer = await judge.ask([{"role": "user", "content": "rate"}], schema={}, schema_name="t",
-                                     validate=lambda data: data["score"])
+            answer = await judge.ask(
+                [{"role": "user", "content": "rate"}], schema={}, schema_name="t", validate=lambda data: data["score"]
+            )
     assert answer.value == 3
-
 
 
 # --- properties over arbitrary JSON and text ----------------------------------------------
@@ -426,9 +528,11 @@ async def test_the_judge_client_reads_a_tool_call_reply_for_any_validator():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                    max_leaves=20)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
 ANSWER_KEYS = st.sampled_from(["score", "confidence", "evidence", "explanation", "correction", "other"])
 
 
@@ -459,8 +563,10 @@ def test_any_text_gives_an_object_or_says_why_not(text):
 
 @pytest.mark.slow
 @settings(max_examples=100, deadline=None)
-@given(st.dictionaries(st.text(min_size=1, max_size=8), JSON, min_size=1, max_size=4),
-       st.text(alphabet=st.characters(blacklist_characters="{}`<>"), max_size=40),
-       st.text(alphabet=st.characters(blacklist_characters="{}`<>"), max_size=40))
+@given(
+    st.dictionaries(st.text(min_size=1, max_size=8), JSON, min_size=1, max_size=4),
+    st.text(alphabet=st.characters(blacklist_characters="{}`<>"), max_size=40),
+    st.text(alphabet=st.characters(blacklist_characters="{}`<>"), max_size=40),
+)
 def test_a_strict_object_in_prose_is_read_exactly(obj, before, after):
     assert read_json(f"{before} {dumps(obj)} {after}") == obj

@@ -13,7 +13,12 @@ from reflection.judge import Judge, JudgeConfig, JudgeError, Price
 from reflection.testing._protocol import completion
 
 BASE = "http://judge.test/v1"
-SCHEMA = {"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {"score": {"type": "integer"}},
+    "required": ["score"],
+    "additionalProperties": False,
+}
 MESSAGES = [{"role": "system", "content": "judge"}, {"role": "user", "content": "rate it"}]
 KEY = "sk-test-secret-0123456789"
 
@@ -52,7 +57,8 @@ def formats(route):
 @respx.mock(base_url=BASE)
 async def test_a_truncated_reply_is_asked_again_once_with_four_times_the_budget(respx_mock):
     route = respx_mock.post("/chat/completions").mock(
-        side_effect=[reply('{"sco', finish_reason="length"), reply({"score": 4})])
+        side_effect=[reply('{"sco', finish_reason="length"), reply({"score": 4})]
+    )
     async with Judge(config(max_completion_tokens=100)) as judge:
         answer = await ask(judge)
     assert answer.value == 4 and answer.usage.requests == 2
@@ -77,9 +83,17 @@ async def test_a_reply_truncated_twice_is_an_error_that_says_so(respx_mock):
 
 @respx.mock(base_url=BASE)
 async def test_a_context_length_400_does_not_downgrade_structured_output(respx_mock, caplog):
-    too_long = httpx.Response(400, json={"error": {
-        "message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.",
-        "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
+    too_long = httpx.Response(
+        400,
+        json={
+            "error": {
+                "message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        },
+    )
     route = respx_mock.post("/chat/completions").mock(side_effect=[too_long, reply({"score": 5})])
     async with Judge(config()) as judge:
         with pytest.raises(JudgeError, match="HTTP 400 from the judge endpoint: This model's maximum context length"):
@@ -94,8 +108,10 @@ async def test_a_context_length_400_does_not_downgrade_structured_output(respx_m
 async def test_a_400_about_response_format_downgrades_once_and_logs_the_servers_message(respx_mock, caplog):
     def server(request):
         if (parse_json(request.content).get("response_format") or {}).get("type") == "json_schema":
-            return httpx.Response(400, json={"error": {"message": "json_schema is not supported by this backend",
-                                                       "param": "response_format"}})
+            return httpx.Response(
+                400,
+                json={"error": {"message": "json_schema is not supported by this backend", "param": "response_format"}},
+            )
         return reply({"score": 5})
 
     route = respx_mock.post("/chat/completions").mock(side_effect=server)
@@ -128,7 +144,8 @@ async def test_an_unexplained_400_downgrades_only_when_the_lower_mode_then_succe
 @respx.mock(base_url=BASE)
 async def test_an_unexplained_400_in_every_mode_changes_nothing(respx_mock):
     route = respx_mock.post("/chat/completions").mock(
-        return_value=httpx.Response(400, json={"error": {"message": "bad request"}}))
+        return_value=httpx.Response(400, json={"error": {"message": "bad request"}})
+    )
     async with Judge(config()) as judge:
         with pytest.raises(JudgeError, match="HTTP 400"):
             await ask(judge)
@@ -139,13 +156,17 @@ async def test_an_unexplained_400_in_every_mode_changes_nothing(respx_mock):
 # --- fatal errors ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("status", "message"), [(401, "Incorrect API key provided"), (403, "no access to this model"),
-                                                 (404, "The model `m` does not exist")])
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [(401, "Incorrect API key provided"), (403, "no access to this model"), (404, "The model `m` does not exist")],
+)
 async def test_401_403_404_are_fatal_with_the_url_status_and_server_message(status, message):
     from reflection.errors import JudgeStatusError
 
     with respx.mock(base_url=BASE) as mock:
-        route = mock.post("/chat/completions").mock(return_value=httpx.Response(status, json={"error": {"message": message}}))
+        route = mock.post("/chat/completions").mock(
+            return_value=httpx.Response(status, json={"error": {"message": message}})
+        )
         async with Judge(config()) as judge:
             with pytest.raises(JudgeFatalError) as info:
                 await ask(judge)
@@ -165,14 +186,18 @@ async def test_a_fatal_error_in_per_check_mode_is_raised_unwrapped(respx_mock):
     tools = [{"name": "f", "parameters": {"type": "object", "properties": {}}}]
     async with Reflector(ReflectionConfig(judge=config(), mode="per_check")) as reflector:
         with pytest.raises(JudgeFatalError, match="HTTP 401: bad key"):
-            await reflector.reflect([{"name": "f", "arguments": {}}, {"name": "f", "arguments": {}}], tools,
-                                    [{"role": "user", "content": "go"}])
+            await reflector.reflect(
+                [{"name": "f", "arguments": {}}, {"name": "f", "arguments": {}}],
+                tools,
+                [{"role": "user", "content": "go"}],
+            )
 
 
 @respx.mock(base_url=BASE)
 async def test_error_messages_are_one_plain_line(respx_mock):
     respx_mock.post("/chat/completions").mock(
-        return_value=httpx.Response(401, json={"error": {"message": "bad\nkey \x1b[31mred\x1b[0m " + "x" * 1000}}))
+        return_value=httpx.Response(401, json={"error": {"message": "bad\nkey \x1b[31mred\x1b[0m " + "x" * 1000}})
+    )
     async with Judge(config()) as judge:
         with pytest.raises(JudgeFatalError) as info:
             await ask(judge)
@@ -181,12 +206,15 @@ async def test_error_messages_are_one_plain_line(respx_mock):
     assert "HTTP 401: bad key [31mred [0m xxx" in text
 
 
-@pytest.mark.parametrize(("base_url", "warned"), [
-    ("https://judge.example.com/v1", True),
-    ("http://127.0.0.1:8000/v1", False),
-    ("http://localhost:8000/v1", False),
-    ("http://[::1]:8000/v1", False),
-])
+@pytest.mark.parametrize(
+    ("base_url", "warned"),
+    [
+        ("https://judge.example.com/v1", True),
+        ("http://127.0.0.1:8000/v1", False),
+        ("http://localhost:8000/v1", False),
+        ("http://[::1]:8000/v1", False),
+    ],
+)
 async def test_a_remote_endpoint_without_a_key_is_warned_about_once(base_url, warned, caplog):
     with respx.mock(base_url=base_url) as mock:
         mock.post("/chat/completions").mock(return_value=reply({"score": 5}))
@@ -223,7 +251,8 @@ def test_a_password_in_the_base_url_is_not_shown():
 async def test_a_response_over_max_response_bytes_is_an_error_and_not_retried(respx_mock):
     huge = dumps(completion("x" * 5000, {"messages": MESSAGES})).encode()
     route = respx_mock.post("/chat/completions").mock(
-        return_value=httpx.Response(200, stream=httpx.ByteStream(huge), headers={"content-type": "application/json"}))
+        return_value=httpx.Response(200, stream=httpx.ByteStream(huge), headers={"content-type": "application/json"})
+    )
     async with Judge(config(max_response_bytes=2048)) as judge:
         with pytest.raises(JudgeError, match=r"exceeded max_response_bytes \(2,048 bytes\)"):
             await ask(judge)
@@ -232,8 +261,7 @@ async def test_a_response_over_max_response_bytes_is_an_error_and_not_retried(re
 
 @respx.mock(base_url=BASE)
 async def test_a_declared_content_length_over_the_cap_is_refused_before_reading(respx_mock):
-    respx_mock.post("/chat/completions").mock(
-        return_value=httpx.Response(200, content=b"{" + b" " * 4000 + b"}"))
+    respx_mock.post("/chat/completions").mock(return_value=httpx.Response(200, content=b"{" + b" " * 4000 + b"}"))
     async with Judge(config(max_response_bytes=2048)) as judge:
         with pytest.raises(JudgeError, match=r"4,002 bytes, over max_response_bytes \(2,048\)"):
             await ask(judge)
@@ -291,11 +319,13 @@ async def test_a_judge_echoing_the_api_key_has_it_redacted_from_replies_errors_a
         validate(data)
         return data
 
-    respx_mock.post("/chat/completions").mock(side_effect=[
-        httpx.Response(500, json={"error": {"message": f"your key {KEY} is over quota"}}),
-        reply({"score": 9, "explanation": f"echo {KEY}"}),
-        reply({"score": 5, "explanation": f"I saw Bearer {KEY} in my headers"}),
-    ])
+    respx_mock.post("/chat/completions").mock(
+        side_effect=[
+            httpx.Response(500, json={"error": {"message": f"your key {KEY} is over quota"}}),
+            reply({"score": 9, "explanation": f"echo {KEY}"}),
+            reply({"score": 5, "explanation": f"I saw Bearer {KEY} in my headers"}),
+        ]
+    )
     async with Judge(config(), cache=Cache()) as judge:
         answer = await judge.ask(MESSAGES, schema=SCHEMA, schema_name="t", validate=validate_explained, cache_key="k")
     assert answer.value["explanation"] == "I saw Bearer [redacted] in my headers"
@@ -303,7 +333,8 @@ async def test_a_judge_echoing_the_api_key_has_it_redacted_from_replies_errors_a
     # The re-ask quoted the invalid reply back: redacted there too.
     assert KEY not in respx_mock.calls[2].request.content.decode()
     respx_mock.post("/chat/completions").mock(
-        return_value=httpx.Response(401, json={"error": {"message": f"key {KEY} revoked"}}))
+        return_value=httpx.Response(401, json={"error": {"message": f"key {KEY} revoked"}})
+    )
     async with Judge(config()) as judge:
         with pytest.raises(JudgeFatalError) as info:
             await ask(judge)

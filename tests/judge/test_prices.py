@@ -36,11 +36,14 @@ def test_the_config_price_overrides_the_table():
     assert cost == pytest.approx(0.8 * 1.0 + 0.2 * 0.5 + 0.1 * 2.0)
 
 
-@pytest.mark.parametrize(("base_url", "model"), [
-    ("http://localhost:8000/v1", "qwen2.5-7b-instruct"),  # a local server: not a price the table can know
-    ("http://localhost:4000/v1", "gpt-4o-mini"),           # a proxy: the table does not guess from the name
-    ("https://api.openai.com/v1", "no-such-model-xyz"),
-])
+@pytest.mark.parametrize(
+    ("base_url", "model"),
+    [
+        ("http://localhost:8000/v1", "qwen2.5-7b-instruct"),  # a local server: not a price the table can know
+        ("http://localhost:4000/v1", "gpt-4o-mini"),  # a proxy: the table does not guess from the name
+        ("https://api.openai.com/v1", "no-such-model-xyz"),
+    ],
+)
 def test_a_model_nobody_prices_has_an_unknown_cost_not_zero(base_url, model):
     assert judge(base_url=base_url, model=model).cost(USAGE) is None
 
@@ -56,7 +59,9 @@ def test_configured_cost_clamps_odd_token_counts():
 
 
 def test_a_sum_with_an_unknown_part_is_unknown():
-    assert JudgeUsage.total([JudgeUsage(requests=1, cost_usd=0.5), JudgeUsage(requests=1, cost_usd=None)]).cost_usd is None
+    assert (
+        JudgeUsage.total([JudgeUsage(requests=1, cost_usd=0.5), JudgeUsage(requests=1, cost_usd=None)]).cost_usd is None
+    )
     assert JudgeUsage.total([JudgeUsage(requests=1, cost_usd=0.5), JudgeUsage()]).cost_usd == 0.5
 
 
@@ -73,8 +78,17 @@ async def test_a_reflection_at_an_unpriced_judge_has_a_null_cost_and_without_req
 
 
 def row(rid, requests, cost):
-    return {"id": rid, "overall_valid": True, "usage": {"requests": requests, "prompt_tokens": 10, "completion_tokens": 1,
-                                                         "cached_tokens": 0, "cost_usd": cost}}
+    return {
+        "id": rid,
+        "overall_valid": True,
+        "usage": {
+            "requests": requests,
+            "prompt_tokens": 10,
+            "completion_tokens": 1,
+            "cached_tokens": 0,
+            "cost_usd": cost,
+        },
+    }
 
 
 def test_the_batch_report_says_unknown_when_a_row_cost_is_unknown():
@@ -107,9 +121,22 @@ def test_the_score_summary_says_unknown_for_an_unpriced_judge(tmp_path):
     from reflection.cli import app
 
     with FakeJudge() as fake:
-        result = CliRunner().invoke(app, ["score", str(example_path("scoring/predictions.jsonl")), "--references",
-                                          str(example_path("scoring/references.jsonl")), "-o", str(tmp_path / "s.jsonl"),
-                                          "--base-url", fake.base_url, "--model", fake.model, "--json-summary"])
+        result = CliRunner().invoke(
+            app,
+            [
+                "score",
+                str(example_path("scoring/predictions.jsonl")),
+                "--references",
+                str(example_path("scoring/references.jsonl")),
+                "-o",
+                str(tmp_path / "s.jsonl"),
+                "--base-url",
+                fake.base_url,
+                "--model",
+                fake.model,
+                "--json-summary",
+            ],
+        )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["judge"]["cost_usd"] is None
 
@@ -119,8 +146,10 @@ def test_the_price_table_loads_with_a_judge_never_with_import_reflection():
     import subprocess
     import sys
 
-    probe = ("import sys, reflection\nfrom reflection.static import check_call\nbefore = 'genai_prices' in sys.modules\n"
-             "from reflection import Judge, JudgeConfig\nJudge(JudgeConfig(api_key='k'))\n"
-             "print(before, 'genai_prices' in sys.modules)")
+    probe = (
+        "import sys, reflection\nfrom reflection.static import check_call\nbefore = 'genai_prices' in sys.modules\n"
+        "from reflection import Judge, JudgeConfig\nJudge(JudgeConfig(api_key='k'))\n"
+        "print(before, 'genai_prices' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "True"]

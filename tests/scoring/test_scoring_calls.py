@@ -9,25 +9,28 @@ from hypothesis import strategies as st
 from reflection.model import ToolCall
 from reflection.scoring import binary_tool_call, staged_tool_call, tool_call_equivalence
 
-WEATHER = [{
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string"},
-                "units": {"type": "string", "default": "celsius"},
-                "days": {"type": "number"},
+WEATHER = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "units": {"type": "string", "default": "celsius"},
+                    "days": {"type": "number"},
+                },
+                "required": ["city"],
             },
-            "required": ["city"],
         },
-    },
-}]
+    }
+]
 REFERENCE = {"name": "get_weather", "arguments": {"city": "Paris", "units": "celsius"}}
 
 
 # --- staged_tool_call: the four stages -------------------------------------------------------
+
 
 def test_staged_invalid_json_scores_0():
     assert staged_tool_call('{"name": "get_weather", "arguments": {"city": ', REFERENCE) == 0.0
@@ -47,12 +50,17 @@ def test_staged_right_function_wrong_keys_scores_a_half():
 
 
 def test_staged_right_keys_wrong_value_scores_three_quarters():
-    assert staged_tool_call({"name": "get_weather", "arguments": {"city": "Lyon", "units": "celsius"}}, REFERENCE) == 0.75
+    assert (
+        staged_tool_call({"name": "get_weather", "arguments": {"city": "Lyon", "units": "celsius"}}, REFERENCE) == 0.75
+    )
 
 
 def test_staged_exact_match_scores_1_with_arguments_as_a_string_in_any_key_order():
-    prediction = {"id": "c1", "type": "function",
-                  "function": {"name": "get_weather", "arguments": '{"units": "celsius", "city": "Paris"}'}}
+    prediction = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"units": "celsius", "city": "Paris"}'},
+    }
     assert staged_tool_call(prediction, REFERENCE) == 1.0
 
 
@@ -63,8 +71,11 @@ def test_staged_no_prediction_scores_0():
 
 # --- binary_tool_call ------------------------------------------------------------------------
 
+
 def test_binary_ignores_key_order():
-    assert binary_tool_call({"name": "get_weather", "arguments": {"units": "celsius", "city": "Paris"}}, REFERENCE) == 1.0
+    assert (
+        binary_tool_call({"name": "get_weather", "arguments": {"units": "celsius", "city": "Paris"}}, REFERENCE) == 1.0
+    )
 
 
 def test_binary_applies_no_defaults():
@@ -83,6 +94,7 @@ def test_binary_reads_anthropic_tool_use():
 
 # --- tool_call_equivalence -------------------------------------------------------------------
 
+
 def test_equivalence_counts_an_unset_parameter_as_its_default():
     assert tool_call_equivalence({"name": "get_weather", "arguments": '{"city": "Paris"}'}, REFERENCE, WEATHER) == 1.0
 
@@ -98,7 +110,12 @@ def test_equivalence_without_tools_has_no_defaults():
 
 def test_equivalence_compares_numbers_by_value():
     reference = {"name": "get_weather", "arguments": {"city": "Paris", "days": 1}}
-    assert tool_call_equivalence('{"name": "get_weather", "arguments": {"city": "Paris", "days": 1.0}}', reference, WEATHER) == 1.0
+    assert (
+        tool_call_equivalence(
+            '{"name": "get_weather", "arguments": {"city": "Paris", "days": 1.0}}', reference, WEATHER
+        )
+        == 1.0
+    )
 
 
 def test_equivalence_does_not_count_true_as_1():
@@ -126,14 +143,24 @@ def test_tool_call_objects_are_accepted():
 # --- properties ------------------------------------------------------------------------------
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5),
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
     max_leaves=8,
 )
 arguments = st.dictionaries(st.text(max_size=6), json_values, max_size=4)
 names = st.sampled_from(["get_weather", "search", "f"])
 calls = st.builds(lambda n, a: {"name": n, "arguments": a}, names, arguments)
-predictions = calls | calls.map(lambda c: {"type": "function", "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}) | json_values
+predictions = (
+    calls
+    | calls.map(
+        lambda c: {"type": "function", "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
+    )
+    | json_values
+)
 
 
 @pytest.mark.slow

@@ -31,8 +31,17 @@ def rows_by_id(text: str) -> dict:
 
 def test_example_files_score_to_per_sample_rows_and_a_summary_table(tmp_path):
     out = tmp_path / "rows.jsonl"
-    result = CliRunner().invoke(app(), ["score", str(EXAMPLES / "predictions.jsonl"),
-                                        "--references", str(EXAMPLES / "references.jsonl"), "-o", str(out)])
+    result = CliRunner().invoke(
+        app(),
+        [
+            "score",
+            str(EXAMPLES / "predictions.jsonl"),
+            "--references",
+            str(EXAMPLES / "references.jsonl"),
+            "-o",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     by_id = {r["id"]: r for r in rows if r["error"] is None or r["tool_selection_accuracy"] is not None}
@@ -56,8 +65,18 @@ def test_example_files_score_to_per_sample_rows_and_a_summary_table(tmp_path):
 
 def test_json_summary(tmp_path):
     out = tmp_path / "rows.jsonl"
-    result = CliRunner().invoke(app(), ["score", str(EXAMPLES / "predictions.jsonl"), "--references",
-                                        str(EXAMPLES / "references.jsonl"), "-o", str(out), "--json-summary"])
+    result = CliRunner().invoke(
+        app(),
+        [
+            "score",
+            str(EXAMPLES / "predictions.jsonl"),
+            "--references",
+            str(EXAMPLES / "references.jsonl"),
+            "-o",
+            str(out),
+            "--json-summary",
+        ],
+    )
     summary = json.loads(result.stdout)
     assert summary["error_rows"] == 3
     assert summary["no_call"] == summary["unknown_tool"] == 1
@@ -76,41 +95,57 @@ def test_rows_go_to_stdout_and_the_summary_to_stderr_without_output(tmp_path):
 
 
 def test_unreadable_and_unjoinable_rows_become_error_rows(tmp_path):
-    predictions = write(tmp_path / "p.jsonl", [
-        '{"id": "a", "tool_calls": ',
-        [1, 2],
-        {"tool_calls": []},
-        {"id": "b", "tool_calls": [{"name": "f"}]},
-        {"id": "c", "tool_calls": [{"name": "f"}]},
-        {"id": "d", "tool_calls": [{"name": "f"}]},
-    ])
-    references = write(tmp_path / "r.jsonl", [
-        {"id": "c", "expected_tool_calls": [{"name": "f", "arguments": "{broken"}]},
-        {"id": "d", "query": "no expected calls at all"},
-        "{oops",
-    ])
+    predictions = write(
+        tmp_path / "p.jsonl",
+        [
+            '{"id": "a", "tool_calls": ',
+            [1, 2],
+            {"tool_calls": []},
+            {"id": "b", "tool_calls": [{"name": "f"}]},
+            {"id": "c", "tool_calls": [{"name": "f"}]},
+            {"id": "d", "tool_calls": [{"name": "f"}]},
+        ],
+    )
+    references = write(
+        tmp_path / "r.jsonl",
+        [
+            {"id": "c", "expected_tool_calls": [{"name": "f", "arguments": "{broken"}]},
+            {"id": "d", "query": "no expected calls at all"},
+            "{oops",
+        ],
+    )
     rows = list(score_files(predictions, references))
     errors = [(r["id"], r["error"]) for r in rows]
     assert all(all(r[k] is None for k in SCORE_KEYS) for r in rows)
     assert len(rows) == 7
     messages = " | ".join(e for _, e in errors)
-    for expected in ("references line 3 is not valid JSON", "predictions line 1 is not valid JSON",
-                     "predictions line 2 is not a JSON object",
-                     "predictions line 3 has no usable \"id\"", "no reference has id 'b'",
-                     "expected call #0 is not readable", "no expected calls"):
+    for expected in (
+        "references line 3 is not valid JSON",
+        "predictions line 1 is not valid JSON",
+        "predictions line 2 is not a JSON object",
+        'predictions line 3 has no usable "id"',
+        "no reference has id 'b'",
+        "expected call #0 is not readable",
+        "no expected calls",
+    ):
         assert expected in messages
 
 
 def test_a_prediction_that_is_not_json_scores_0_instead_of_failing(tmp_path):
     predictions = write(tmp_path / "p.jsonl", [{"id": "x", "tool_call": "get_weather(city='Paris')"}])
-    references = write(tmp_path / "r.jsonl", [{"id": "x", "expected_tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}])
+    references = write(
+        tmp_path / "r.jsonl",
+        [{"id": "x", "expected_tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+    )
     (row,) = score_files(predictions, references)
     assert row["staged_tool_call"] == row["tool_selection_accuracy"] == row["trajectory_correctness"] == 0.0
     assert "not valid JSON" in row["error"]
 
 
 def test_a_missing_file_is_a_usage_error(tmp_path):
-    result = CliRunner().invoke(app(), ["score", str(tmp_path / "nope.jsonl"), "--references", str(tmp_path / "r.jsonl")])
+    result = CliRunner().invoke(
+        app(), ["score", str(tmp_path / "nope.jsonl"), "--references", str(tmp_path / "r.jsonl")]
+    )
     assert result.exit_code == 2
 
 

@@ -20,13 +20,29 @@ from reflection.scoring import (
 from tests.scoring.test_scoring_cli import app
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "required": ["city"],
-        "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
-                       "units": {"type": "string", "default": "celsius"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "required": ["city"],
+                "properties": {
+                    "city": {"type": "string"},
+                    "days": {"type": "integer"},
+                    "units": {"type": "string", "default": "celsius"},
+                },
+            },
+        },
+    },
     {"type": "function", "function": {"name": "delete_everything", "parameters": {"type": "object", "properties": {}}}},
-    {"type": "function", "function": {"name": "search", "parameters": {
-        "type": "object", "required": ["q"], "properties": {"q": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "parameters": {"type": "object", "required": ["q"], "properties": {"q": {"type": "string"}}},
+        },
+    },
 ]
 REFERENCES = [
     {"name": "get_weather", "arguments": {"city": "Paris"}},
@@ -46,8 +62,11 @@ CALLS = [
 
 
 def openai(call, index):
-    return {"id": f"c{index}", "type": "function",
-            "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}
+    return {
+        "id": f"c{index}",
+        "type": "function",
+        "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])},
+    }
 
 
 def anthropic(call, index):
@@ -78,8 +97,14 @@ def predictions():
                 elif shape == "string":
                     yield json.dumps(calls), "sunny"
                 elif shape == "openai-message":
-                    yield {"role": "assistant", "content": None,
-                           "tool_calls": [openai(c, i) for i, c in enumerate(calls)]}, None
+                    yield (
+                        {
+                            "role": "assistant",
+                            "content": None,
+                            "tool_calls": [openai(c, i) for i, c in enumerate(calls)],
+                        },
+                        None,
+                    )
                 else:
                     yield {"role": "assistant", "content": [anthropic(c, i) for i, c in enumerate(calls)]}, None
 
@@ -87,10 +112,12 @@ def predictions():
 def api_row(prediction, response, reference):
     """Every metric of a row, from the public functions."""
     record = ToolCallingEvaluator().score_sample(
-        {"id": "x", "expected": reference, "predicted": prediction, "tools": TOOLS})
+        {"id": "x", "expected": reference, "predicted": prediction, "tools": TOOLS}
+    )
     try:
-        trajectory = trajectory_correctness(prediction, [reference], evaluation_params=["input_parameters"],
-                                            tools=TOOLS).score
+        trajectory = trajectory_correctness(
+            prediction, [reference], evaluation_params=["input_parameters"], tools=TOOLS
+        ).score
     except ValueError:  # not JSON: the file scorer counts it as no calls
         trajectory = trajectory_correctness([], [reference], evaluation_params=["input_parameters"]).score
     row = {
@@ -119,15 +146,22 @@ def test_the_cli_scores_every_pair_exactly_as_the_api(tmp_path):
         if response is not None:
             row["response"] = response
         pred_rows.append(row)
-        ref_rows.append({"id": index, "expected_tool_calls": [reference], "tools": TOOLS,
-                         "expected_response": "It is sunny in Paris."})
+        ref_rows.append(
+            {
+                "id": index,
+                "expected_tool_calls": [reference],
+                "tools": TOOLS,
+                "expected_response": "It is sunny in Paris.",
+            }
+        )
     predictions_file = tmp_path / "p.jsonl"
     references_file = tmp_path / "r.jsonl"
     predictions_file.write_text("\n".join(map(json.dumps, pred_rows)) + "\n")
     references_file.write_text("\n".join(map(json.dumps, ref_rows)) + "\n")
     out = tmp_path / "rows.jsonl"
-    result = CliRunner().invoke(app(), ["score", str(predictions_file), "--references", str(references_file),
-                                        "-o", str(out)])
+    result = CliRunner().invoke(
+        app(), ["score", str(predictions_file), "--references", str(references_file), "-o", str(out)]
+    )
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == len(cases)
@@ -145,13 +179,16 @@ def test_the_issue_example_scores_as_the_api_in_either_order(tmp_path):
     reference = {"name": "get_weather", "arguments": {"city": "Paris"}}
     calls = [{"name": "delete_everything", "arguments": {}}, {"name": "get_weather", "arguments": {"city": "Paris"}}]
     predictions_file = tmp_path / "p.jsonl"
-    predictions_file.write_text("\n".join(json.dumps({"id": i, "tool_calls": order})
-                                          for i, order in enumerate([calls, calls[::-1]])) + "\n")
-    (tmp_path / "r.jsonl").write_text("\n".join(json.dumps({"id": i, "expected_tool_calls": [reference]})
-                                                for i in range(2)) + "\n")
+    predictions_file.write_text(
+        "\n".join(json.dumps({"id": i, "tool_calls": order}) for i, order in enumerate([calls, calls[::-1]])) + "\n"
+    )
+    (tmp_path / "r.jsonl").write_text(
+        "\n".join(json.dumps({"id": i, "expected_tool_calls": [reference]}) for i in range(2)) + "\n"
+    )
     out = tmp_path / "rows.jsonl"
-    result = CliRunner().invoke(app(), ["score", str(predictions_file), "--references", str(tmp_path / "r.jsonl"),
-                                        "-o", str(out)])
+    result = CliRunner().invoke(
+        app(), ["score", str(predictions_file), "--references", str(tmp_path / "r.jsonl"), "-o", str(out)]
+    )
     assert result.exit_code == 0, result.output
     for line in out.read_text().splitlines():
         row = json.loads(line)
@@ -166,8 +203,14 @@ def test_the_order_of_several_predicted_calls_never_changes_a_score():
             seen = set()
             for order in itertools.permutations(combo):
                 record = evaluator.score_sample({"id": "x", "expected": reference, "predicted": list(order)})
-                seen.add((record.tool_selection_accuracy, record.parameter_accuracy, record.execution_success,
-                          record.unknown_tool, staged_tool_call(list(order), reference),
-                          tool_call_equivalence(list(order), reference, TOOLS)))
+                seen.add(
+                    (
+                        record.tool_selection_accuracy,
+                        record.parameter_accuracy,
+                        record.execution_success,
+                        record.unknown_tool,
+                        staged_tool_call(list(order), reference),
+                        tool_call_equivalence(list(order), reference, TOOLS),
+                    )
+                )
             assert len(seen) == 1, (combo, reference, seen)
-

@@ -19,20 +19,37 @@ from reflection.scoring import JUDGED_KEYS, SCORE_KEYS, ascore_files, score_file
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scoring"
 PREDICTIONS, REFERENCES = EXAMPLES / "predictions.jsonl", EXAMPLES / "references.jsonl"
 BASE = "http://score-judge.test/v1"
-ROW_KEYS = ["id", "expected_tool", "predicted_tool", *SCORE_KEYS, *JUDGED_KEYS,
-            "no_call", "unknown_tool", "error", "judge_error", "judge_usage"]
+ROW_KEYS = [
+    "id",
+    "expected_tool",
+    "predicted_tool",
+    *SCORE_KEYS,
+    *JUDGED_KEYS,
+    "no_call",
+    "unknown_tool",
+    "error",
+    "judge_error",
+    "judge_usage",
+]
 # Rows of the example files that have something to judge: an answer and a reference answer,
 # or available tools in the reference.
 JUDGED_IDS = {"weather-1", "weather-2", "search-1", "no-call-1", "unknown-1", "chitchat-1"}
-WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Current weather.",
-                                                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
 
 
 def judge_config_file(tmp_path: Path, base_url: str, model: str) -> Path:
     """Two attempts and no waiting between them, so failing judges fail fast."""
     path = tmp_path / "config.yaml"
-    path.write_text(f"judge:\n  base_url: {base_url}\n  model: {model}\n  max_attempts: 2\n  retry_max_wait: 0\n",
-                    encoding="utf-8")
+    path.write_text(
+        f"judge:\n  base_url: {base_url}\n  model: {model}\n  max_attempts: 2\n  retry_max_wait: 0\n", encoding="utf-8"
+    )
     return path
 
 
@@ -52,11 +69,17 @@ def shown(request: httpx.Request) -> dict:
 
 def reply(score: int, explanation: str) -> httpx.Response:
     content = json.dumps({"explanation": explanation, "score": score})
-    return httpx.Response(200, json={
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
-        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
-    })
+    return httpx.Response(
+        200,
+        json={
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+        },
+    )
 
 
 class ScoringJudge:
@@ -103,7 +126,10 @@ def test_a_judge_adds_response_correctness_and_judged_tool_selection(tmp_path):
     weather = rows["weather-1"]
     assert weather["response_correctness"] == 0.5  # "It's 68°F ..." is not word for word "It is 68°F ..."
     assert (weather["trajectory_match"], weather["tool_selection_judged"], weather["trajectory_correctness"]) == (
-        1.0, 0.75, 0.75)
+        1.0,
+        0.75,
+        0.75,
+    )
     assert weather["judge_error"] is None
     assert weather["judge_usage"]["requests"] == 2
     assert (rows["chitchat-1"]["response_correctness"], rows["chitchat-1"]["tool_selection_judged"]) == (1.0, None)
@@ -126,15 +152,30 @@ def test_trajectory_correctness_is_the_minimum_of_the_reference_match_and_the_ju
 
 
 def test_the_judge_is_shown_the_query_the_answers_and_the_available_tools(tmp_path):
-    predictions = write(tmp_path / "p.jsonl", [
-        {"id": 1, "tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}], "response": "Rain."}])
-    references = write(tmp_path / "r.jsonl", [
-        {"id": 1, "query": "Weather in Oslo?", "tools": [WEATHER_TOOL], "expected_response": "Rainy.",
-         "expected_tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]}])
+    predictions = write(
+        tmp_path / "p.jsonl",
+        [{"id": 1, "tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}], "response": "Rain."}],
+    )
+    references = write(
+        tmp_path / "r.jsonl",
+        [
+            {
+                "id": 1,
+                "query": "Weather in Oslo?",
+                "tools": [WEATHER_TOOL],
+                "expected_response": "Rainy.",
+                "expected_tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}],
+            }
+        ],
+    )
     with ScoringJudge() as judge:
         run(predictions, "--references", references, "--base-url", BASE, "--model", "m")
     asked = dict(judge.asked)
-    assert asked["response"] == {"user_request": "Weather in Oslo?", "agent_answer": "Rain.", "reference_answer": "Rainy."}
+    assert asked["response"] == {
+        "user_request": "Weather in Oslo?",
+        "agent_answer": "Rain.",
+        "reference_answer": "Rainy.",
+    }
     assert asked["selection"]["user_request"] == "Weather in Oslo?"
     assert [t["name"] for t in asked["selection"]["available_tools"]] == ["get_weather"]
     assert asked["selection"]["tool_calls_made"] == [{"name": "get_weather", "arguments": {"city": "Oslo"}}]
@@ -142,13 +183,30 @@ def test_the_judge_is_shown_the_query_the_answers_and_the_available_tools(tmp_pa
 
 def test_the_json_summary_has_the_judged_metrics_and_the_judge_traffic(tmp_path):
     with ScoringJudge():
-        result = run(PREDICTIONS, "--references", REFERENCES, "-o", tmp_path / "rows.jsonl",
-                     "--base-url", BASE, "--model", "m", "--json-summary")
+        result = run(
+            PREDICTIONS,
+            "--references",
+            REFERENCES,
+            "-o",
+            tmp_path / "rows.jsonl",
+            "--base-url",
+            BASE,
+            "--model",
+            "m",
+            "--json-summary",
+        )
     summary = json.loads(result.stdout)
     assert summary["metrics"]["response_correctness"] == {"mean": 2 / 3, "n": 3}  # 0.5, 0.5 and 1.0
     assert summary["metrics"]["tool_selection_judged"]["n"] == 5
-    assert summary["judge"] == {"configured": True, "error_rows": 0, "requests": 8, "prompt_tokens": 800,
-                                "completion_tokens": 80, "cached_tokens": 0, "cost_usd": None}  # model "m": no price
+    assert summary["judge"] == {
+        "configured": True,
+        "error_rows": 0,
+        "requests": 8,
+        "prompt_tokens": 800,
+        "completion_tokens": 80,
+        "cached_tokens": 0,
+        "cost_usd": None,
+    }  # model "m": no price
 
 
 # --- judge failures --------------------------------------------------------------------------
@@ -166,7 +224,8 @@ def test_a_judge_that_always_fails_gives_judge_errors_and_the_run_goes_on(tmp_pa
     for row, expected in zip(rows, plain, strict=True):
         assert all(row[key] is None for key in JUDGED_KEYS)
         assert {k: v for k, v in row.items() if k not in ("judge_error", "judge_usage")} == {
-            k: v for k, v in expected.items() if k not in ("judge_error", "judge_usage")}
+            k: v for k, v in expected.items() if k not in ("judge_error", "judge_usage")
+        }
         if row["id"] in JUDGED_IDS and row["trajectory_correctness"] is not None:
             assert "HTTP 500 from the judge endpoint: fake judge status 500 (after 2 request(s))" in row["judge_error"]
             assert row["judge_usage"]["requests"] in (2, 4)  # two attempts per judged metric
@@ -187,7 +246,10 @@ def test_one_failing_judged_metric_keeps_the_other(tmp_path):
         run(PREDICTIONS, "--references", REFERENCES, "-o", out, "--config", config)
     weather = next(r for r in rows_of(out.read_text()) if r["id"] == "weather-1")
     assert (weather["response_correctness"], weather["tool_selection_judged"]) == (None, 0.75)
-    assert weather["judge_error"] == "response_correctness: HTTP 500 from the judge endpoint: scripted failure (after 2 request(s))"
+    assert (
+        weather["judge_error"]
+        == "response_correctness: HTTP 500 from the judge endpoint: scripted failure (after 2 request(s))"
+    )
 
 
 def test_an_invalid_judge_configuration_is_a_usage_error(tmp_path):
@@ -202,23 +264,48 @@ def test_an_invalid_judge_configuration_is_a_usage_error(tmp_path):
 
 
 def test_without_a_judge_the_new_keys_are_null_and_the_rest_is_unchanged(tmp_path):
-    predictions = write(tmp_path / "p.jsonl", [
-        {"id": 1, "tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}], "response": "Rainy."}])
-    references = write(tmp_path / "r.jsonl", [
-        {"id": 1, "query": "Weather in Oslo?", "tools": [WEATHER_TOOL], "expected_response": "Rainy.",
-         "expected_tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]}])
+    predictions = write(
+        tmp_path / "p.jsonl",
+        [{"id": 1, "tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}], "response": "Rainy."}],
+    )
+    references = write(
+        tmp_path / "r.jsonl",
+        [
+            {
+                "id": 1,
+                "query": "Weather in Oslo?",
+                "tools": [WEATHER_TOOL],
+                "expected_response": "Rainy.",
+                "expected_tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}],
+            }
+        ],
+    )
     result = run(predictions, "--references", references, "--json-summary")
     assert result.exit_code == 0, result.output
     (row,) = rows_of(result.stdout)
     assert list(row) == ROW_KEYS
     assert row == {
-        "id": "1", "expected_tool": "get_weather", "predicted_tool": "get_weather",
-        "tool_call_equivalence": 1.0, "binary_tool_call": 1.0, "staged_tool_call": 1.0,
-        "tool_selection_accuracy": 1.0, "parameter_accuracy": 1.0, "execution_success": 1.0,
-        "trajectory_correctness": 1.0, "response_exact_match": 1.0, "response_rouge_l": 1.0,
+        "id": "1",
+        "expected_tool": "get_weather",
+        "predicted_tool": "get_weather",
+        "tool_call_equivalence": 1.0,
+        "binary_tool_call": 1.0,
+        "staged_tool_call": 1.0,
+        "tool_selection_accuracy": 1.0,
+        "parameter_accuracy": 1.0,
+        "execution_success": 1.0,
+        "trajectory_correctness": 1.0,
+        "response_exact_match": 1.0,
+        "response_rouge_l": 1.0,
         "response_meteor": 0.5,  # one matched word: METEOR's fragmentation penalty halves it
-        "response_correctness": None, "tool_selection_judged": None, "trajectory_match": None,
-        "no_call": False, "unknown_tool": False, "error": None, "judge_error": None, "judge_usage": None,
+        "response_correctness": None,
+        "tool_selection_judged": None,
+        "trajectory_match": None,
+        "no_call": False,
+        "unknown_tool": False,
+        "error": None,
+        "judge_error": None,
+        "judge_usage": None,
     }
     assert json.loads(result.stderr)["judge"]["configured"] is False  # stderr is still one JSON object
 
@@ -234,8 +321,15 @@ def test_without_a_judge_the_command_writes_what_score_files_gives(tmp_path):
 def test_without_a_judge_the_json_summary_says_the_judge_was_not_configured(tmp_path):
     result = run(PREDICTIONS, "--references", REFERENCES, "-o", tmp_path / "rows.jsonl", "--json-summary")
     summary = json.loads(result.stdout)
-    assert summary["judge"] == {"configured": False, "error_rows": 0, "requests": 0, "prompt_tokens": 0,
-                                "completion_tokens": 0, "cached_tokens": 0, "cost_usd": 0.0}
+    assert summary["judge"] == {
+        "configured": False,
+        "error_rows": 0,
+        "requests": 0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "cached_tokens": 0,
+        "cost_usd": 0.0,
+    }
     assert all(summary["metrics"][key] == {"mean": None, "n": 0} for key in JUDGED_KEYS)
 
 
@@ -258,9 +352,13 @@ async def test_rows_keep_input_order_and_every_id_once_when_judged_concurrently(
         if i % 7 == 3:
             lines.append("not json")
     predictions = write(tmp_path / "p.jsonl", lines)
-    references = write(tmp_path / "r.jsonl", [
-        {"id": f"r{i}", "expected_tool_calls": [], "expected_response": f"answer {i}" if i % 2 else "other"}
-        for i in range(24)])
+    references = write(
+        tmp_path / "r.jsonl",
+        [
+            {"id": f"r{i}", "expected_tool_calls": [], "expected_response": f"answer {i}" if i % 2 else "other"}
+            for i in range(24)
+        ],
+    )
     answered: list[str] = []
     released = asyncio.Event()
     in_flight = peak = 0
@@ -295,8 +393,9 @@ async def test_rows_keep_input_order_and_every_id_once_when_judged_concurrently(
 
 async def test_at_most_twice_concurrency_rows_are_judged_at_once(tmp_path):
     predictions = write(tmp_path / "p.jsonl", [{"id": i, "tool_calls": [], "response": "a"} for i in range(12)])
-    references = write(tmp_path / "r.jsonl", [{"id": i, "expected_tool_calls": [], "expected_response": "a"}
-                                              for i in range(12)])
+    references = write(
+        tmp_path / "r.jsonl", [{"id": i, "expected_tool_calls": [], "expected_response": "a"} for i in range(12)]
+    )
     in_flight = peak = 0
 
     async def handle(request: httpx.Request) -> httpx.Response:
@@ -319,8 +418,9 @@ async def test_at_most_twice_concurrency_rows_are_judged_at_once(tmp_path):
 
 async def test_leaving_ascore_files_early_cancels_its_judge_requests(tmp_path):
     predictions = write(tmp_path / "p.jsonl", [{"id": i, "tool_calls": [], "response": "a"} for i in range(10)])
-    references = write(tmp_path / "r.jsonl", [{"id": i, "expected_tool_calls": [], "expected_response": "a"}
-                                              for i in range(10)])
+    references = write(
+        tmp_path / "r.jsonl", [{"id": i, "expected_tool_calls": [], "expected_response": "a"} for i in range(10)]
+    )
     with ScoringJudge():
         async with Judge(JudgeConfig(base_url=BASE, model="m", max_concurrency=2)) as judge:
             rows = ascore_files(predictions, references, judge=judge)
@@ -341,10 +441,20 @@ def test_a_second_run_with_the_cache_asks_the_judge_nothing(tmp_path):
     assert json.loads(second.stdout)["judge"]["requests"] == 0
     first_rows, second_rows = (rows_of((tmp_path / name).read_text()) for name in ("first.jsonl", "second.jsonl"))
     assert [r["judge_usage"] for r in second_rows if r["judge_usage"]] == [
-        {**r["judge_usage"], "requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "prompt_chars": 0,
-         "cost_usd": 0.0} for r in first_rows if r["judge_usage"]]  # cache hits cost nothing (an unpriced request: null)
+        {
+            **r["judge_usage"],
+            "requests": 0,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "prompt_chars": 0,
+            "cost_usd": 0.0,
+        }
+        for r in first_rows
+        if r["judge_usage"]
+    ]  # cache hits cost nothing (an unpriced request: null)
     assert [{k: v for k, v in r.items() if k != "judge_usage"} for r in second_rows] == [
-        {k: v for k, v in r.items() if k != "judge_usage"} for r in first_rows]
+        {k: v for k, v in r.items() if k != "judge_usage"} for r in first_rows
+    ]
     assert first.exit_code == second.exit_code == 0
 
 
@@ -352,8 +462,19 @@ def test_an_unusable_cache_file_is_warned_about_once_and_the_run_goes_on(tmp_pat
     cache = tmp_path / "not-sqlite.db"
     cache.write_bytes(b"this is not a SQLite database, just some bytes" * 100)
     with ScoringJudge() as judge:
-        result = run(PREDICTIONS, "--references", REFERENCES, "-o", tmp_path / "rows.jsonl",
-                     "--base-url", BASE, "--model", "m", "--cache-path", cache)
+        result = run(
+            PREDICTIONS,
+            "--references",
+            REFERENCES,
+            "-o",
+            tmp_path / "rows.jsonl",
+            "--base-url",
+            BASE,
+            "--model",
+            "m",
+            "--cache-path",
+            cache,
+        )
     assert result.exit_code == 0, result.output
     assert result.stderr.count(f"judge cache {cache}: DatabaseError: file is not a database") == 1
     assert "carrying on without the cache" in result.stderr

@@ -14,7 +14,8 @@ from tests.scoring.test_scoring_cli import app, write
 
 NEEDS_WORDNET = pytest.mark.skipif(
     find_wordnet() is None,
-    reason="needs a local WordNet database: apt-get install wordnet-base (or set REFLECTION_WORDNET)")
+    reason="needs a local WordNet database: apt-get install wordnet-base (or set REFLECTION_WORDNET)",
+)
 
 PAIRS = [
     ("the cat sat on the mat", "the cat sat on the mat"),
@@ -67,9 +68,11 @@ def test_meteor_without_wordnet_is_nltks_meteor_score_with_no_synonyms(predictio
 @NEEDS_WORDNET
 def test_synonyms_raise_the_score_only_where_wordnet_knows_them():
     assert meteor("the automobile is quick", "the car is fast") > meteor(
-        "the automobile is quick", "the car is fast", synonyms=False)
+        "the automobile is quick", "the car is fast", synonyms=False
+    )
     assert meteor("the cat sat on the mat", "the cat sat on a mat") == meteor(
-        "the cat sat on the mat", "the cat sat on a mat", synonyms=False)
+        "the cat sat on the mat", "the cat sat on a mat", synonyms=False
+    )
 
 
 @NEEDS_WORDNET
@@ -107,21 +110,31 @@ def test_a_wordnet_path_without_wordnet_is_a_clear_error(monkeypatch, tmp_path):
 
 # --- reflection score --------------------------------------------------------------------------
 
+
 def files(tmp_path):
-    predictions = write(tmp_path / "p.jsonl", [
-        {"id": 1, "tool_calls": [], "response": "The automobile is quick."},
-        {"id": 2, "tool_calls": [], "response": "Rainy in Oslo."}])
-    references = write(tmp_path / "r.jsonl", [
-        {"id": 1, "expected_tool_calls": [], "expected_response": "The car is fast."},
-        {"id": 2, "expected_tool_calls": [], "expected_response": "Rainy in Oslo."}])
+    predictions = write(
+        tmp_path / "p.jsonl",
+        [
+            {"id": 1, "tool_calls": [], "response": "The automobile is quick."},
+            {"id": 2, "tool_calls": [], "response": "Rainy in Oslo."},
+        ],
+    )
+    references = write(
+        tmp_path / "r.jsonl",
+        [
+            {"id": 1, "expected_tool_calls": [], "expected_response": "The car is fast."},
+            {"id": 2, "expected_tool_calls": [], "expected_response": "Rainy in Oslo."},
+        ],
+    )
     return predictions, references
 
 
 def summary_of(tmp_path, *extra):
     predictions, references = files(tmp_path)
     out = tmp_path / "rows.jsonl"
-    result = CliRunner().invoke(app(), ["score", str(predictions), "--references", str(references),
-                                        "-o", str(out), *extra])
+    result = CliRunner().invoke(
+        app(), ["score", str(predictions), "--references", str(references), "-o", str(out), *extra]
+    )
     assert result.exit_code == 0, result.output
     return result, [json.loads(line) for line in out.read_text().splitlines()]
 
@@ -130,8 +143,10 @@ def summary_of(tmp_path, *extra):
 def test_score_rows_and_summary_have_meteor_with_synonyms(tmp_path):
     result, rows = summary_of(tmp_path, "--json-summary")
     summary = json.loads(result.stdout)
-    assert [row["response_meteor"] for row in rows] == [meteor("The automobile is quick.", "The car is fast."),
-                                                         meteor("Rainy in Oslo.", "Rainy in Oslo.")]
+    assert [row["response_meteor"] for row in rows] == [
+        meteor("The automobile is quick.", "The car is fast."),
+        meteor("Rainy in Oslo.", "Rainy in Oslo."),
+    ]
     assert summary["meteor_synonyms"] is True
     assert summary["metrics"]["response_meteor"]["n"] == 2
 
@@ -147,8 +162,18 @@ def test_score_says_when_synonyms_were_off(tmp_path, no_wordnet):
 def test_meteor_synonyms_is_null_without_answers_to_compare(tmp_path):
     predictions = write(tmp_path / "p.jsonl", [{"id": 1, "tool_calls": []}])
     references = write(tmp_path / "r.jsonl", [{"id": 1, "expected_tool_calls": []}])
-    result = CliRunner().invoke(app(), ["score", str(predictions), "--references", str(references),
-                                        "-o", str(tmp_path / "rows.jsonl"), "--json-summary"])
+    result = CliRunner().invoke(
+        app(),
+        [
+            "score",
+            str(predictions),
+            "--references",
+            str(references),
+            "-o",
+            str(tmp_path / "rows.jsonl"),
+            "--json-summary",
+        ],
+    )
     assert json.loads(result.stdout)["meteor_synonyms"] is None
 
 

@@ -21,8 +21,9 @@ def test_exact_match_is_0_for_different_answers():
     assert exact_match("Paris", "Lyon") == 0.0
 
 
-needs_rouge = pytest.mark.skipif(importlib.util.find_spec("rouge_score") is None,
-                                 reason="needs the metrics extra (rouge-score)")
+needs_rouge = pytest.mark.skipif(
+    importlib.util.find_spec("rouge_score") is None, reason="needs the metrics extra (rouge-score)"
+)
 
 
 @needs_rouge

@@ -27,15 +27,19 @@ def call(name, output=None, **args):
 
 # --- name normalisation ----------------------------------------------------------------------
 
-@pytest.mark.parametrize(("name", "normalized"), [
-    ("delegate_to_sql_query_agent_xg7c", "delegate_to_sql_query_agent"),
-    ("search_7f3a", "search"),
-    ("get_data", "get_data"),
-    ("user_name", "user_name"),
-    ("report_2024", "report_2024"),
-    ("lookup_ab12c", "lookup_ab12c"),
-    ("_ab12", "_ab12"),
-])
+
+@pytest.mark.parametrize(
+    ("name", "normalized"),
+    [
+        ("delegate_to_sql_query_agent_xg7c", "delegate_to_sql_query_agent"),
+        ("search_7f3a", "search"),
+        ("get_data", "get_data"),
+        ("user_name", "user_name"),
+        ("report_2024", "report_2024"),
+        ("lookup_ab12c", "lookup_ab12c"),
+        ("_ab12", "_ab12"),
+    ],
+)
 def test_dynamic_suffixes_are_stripped_and_ordinary_words_kept(name, normalized):
     assert normalize_tool_name(name) == normalized
 
@@ -62,8 +66,10 @@ def test_two_expected_names_with_suffix_like_endings_stay_apart():
 
 
 def test_a_declared_tool_is_not_stripped():
-    tools = [{"name": "vex_api.upload_vex1", "parameters": {"type": "object", "properties": {}}},
-             {"name": "vex_api.upload", "parameters": {"type": "object", "properties": {}}}]
+    tools = [
+        {"name": "vex_api.upload_vex1", "parameters": {"type": "object", "properties": {}}},
+        {"name": "vex_api.upload", "parameters": {"type": "object", "properties": {}}},
+    ]
     called = [call("vex_api.upload_vex1")]
     assert trajectory_correctness(called, [call("vex_api.upload")]).score == 1.0  # no inventory: the base rule
     assert trajectory_correctness(called, [call("vex_api.upload")], tools=tools).score == 0.0
@@ -76,15 +82,17 @@ async def test_available_tools_count_as_declared():
     tools = [{"name": "resize_img2", "parameters": {"type": "object", "properties": {}}}]
     with FakeJudge() as fake:
         async with Judge(fake.config) as judge:
-            result = await atrajectory_correctness([call("resize_img2")], [call("resize")], judge=judge,
-                                                   available_tools=tools, query="resize it")
+            result = await atrajectory_correctness(
+                [call("resize_img2")], [call("resize")], judge=judge, available_tools=tools, query="resize it"
+            )
     assert (result.match_score, result.selection_score) == (0.0, 1.0)
 
 
 def test_an_undeclared_dynamic_suffix_is_still_stripped_with_tools():
     tools = [{"name": "delegate_to_sql_query_agent", "parameters": {"type": "object", "properties": {}}}]
-    result = trajectory_correctness([call("delegate_to_sql_query_agent_xg7c")],
-                                    [call("delegate_to_sql_query_agent")], tools=tools)
+    result = trajectory_correctness(
+        [call("delegate_to_sql_query_agent_xg7c")], [call("delegate_to_sql_query_agent")], tools=tools
+    )
     assert result.score == 1.0
 
 
@@ -95,13 +103,17 @@ def test_name_normalisation_can_be_turned_off():
 
 # --- default mode: optimal assignment --------------------------------------------------------
 
+
 def test_names_only_by_default():
     assert trajectory_correctness([call("search", q="a")], [call("search", q="b")]).score == 1.0
 
 
 def test_argument_partial_credit_is_the_fraction_of_matching_keys():
-    result = trajectory_correctness([call("book", city="Paris", nights=2, guests=1)],
-                                    [call("book", city="Paris", nights=3, guests=1)], evaluation_params=ARGS)
+    result = trajectory_correctness(
+        [call("book", city="Paris", nights=2, guests=1)],
+        [call("book", city="Paris", nights=3, guests=1)],
+        evaluation_params=ARGS,
+    )
     assert result.score == pytest.approx(2 / 3)
 
 
@@ -156,14 +168,22 @@ def test_nothing_expected_but_something_called_scores_0():
 
 
 def test_schema_defaults_fill_unset_arguments_when_tools_are_given():
-    tools = [{"name": "get_weather", "parameters": {"type": "object", "properties": {
-        "city": {"type": "string"}, "units": {"type": "string", "default": "celsius"}}}}]
+    tools = [
+        {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "units": {"type": "string", "default": "celsius"}},
+            },
+        }
+    ]
     called = [call("get_weather", city="Oslo")]
     expected = [call("get_weather", city="Oslo", units="celsius")]
     assert trajectory_correctness(called, expected, evaluation_params=ARGS, tools=tools).score == 1.0
 
 
 # --- ordering and exact modes ----------------------------------------------------------------
+
 
 def test_ordering_mode_scores_the_weighted_longest_common_subsequence():
     expected = [call("a"), call("b"), call("c")]
@@ -192,6 +212,7 @@ def test_exact_mode_needs_the_same_calls_in_the_same_order():
 
 # --- options ---------------------------------------------------------------------------------
 
+
 def test_strict_mode_is_binary_with_threshold_1():
     result = trajectory_correctness([call("a")], [call("a"), call("b")], strict_mode=True)
     assert (result.score, result.threshold, result.success) == (0.0, 1.0, False)
@@ -204,8 +225,9 @@ def test_threshold_decides_success():
 
 
 def test_reason_names_missing_calls_and_argument_differences():
-    result = trajectory_correctness([call("book", city="Lyon")], [call("book", city="Paris"), call("pay")],
-                                    evaluation_params=ARGS)
+    result = trajectory_correctness(
+        [call("book", city="Lyon")], [call("book", city="Paris"), call("pay")], evaluation_params=ARGS
+    )
     assert "missing: #1 pay" in result.reason
     assert '$.city: expected "Paris", got "Lyon"' in result.reason
 
@@ -223,11 +245,21 @@ def test_unknown_evaluation_param_is_rejected():
 
 AGENT = [
     {"role": "user", "content": "How many orders shipped last week?"},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "delegate_to_sql_query_agent_xg7c",
-                                                      "arguments": '{"question": "orders shipped last week"}'}},
-        {"id": "c2", "type": "function", "function": {"name": "get_calendar", "arguments": "{}"}},
-    ]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {
+                    "name": "delegate_to_sql_query_agent_xg7c",
+                    "arguments": '{"question": "orders shipped last week"}',
+                },
+            },
+            {"id": "c2", "type": "function", "function": {"name": "get_calendar", "arguments": "{}"}},
+        ],
+    },
     {"role": "tool", "tool_call_id": "c2", "content": "week 12"},
     {"role": "tool", "tool_call_id": "c1", "content": '{"count": 42}'},
     {"role": "assistant", "content": "42 orders."},
@@ -237,7 +269,9 @@ AGENT = [
 def test_tool_results_are_joined_to_calls_by_tool_call_id():
     steps = trajectory_from_messages(AGENT)
     assert [(s.name, s.output) for s in steps] == [
-        ("delegate_to_sql_query_agent_xg7c", '{"count": 42}'), ("get_calendar", "week 12")]
+        ("delegate_to_sql_query_agent_xg7c", '{"count": 42}'),
+        ("get_calendar", "week 12"),
+    ]
     assert steps[0].args == {"question": "orders shipped last week"}
 
 
@@ -249,9 +283,17 @@ def test_an_agent_conversation_scores_against_expected_calls_with_outputs():
 
 # --- the assignment solver -------------------------------------------------------------------
 
+
 @settings(max_examples=200, deadline=None)
-@given(st.integers(1, 5).flatmap(lambda r: st.integers(1, 5).flatmap(lambda c: st.lists(
-    st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0, 1 / 3]), min_size=c, max_size=c), min_size=r, max_size=r))))
+@given(
+    st.integers(1, 5).flatmap(
+        lambda r: st.integers(1, 5).flatmap(
+            lambda c: st.lists(
+                st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0, 1 / 3]), min_size=c, max_size=c), min_size=r, max_size=r
+            )
+        )
+    )
+)
 def test_assignment_is_optimal_against_brute_force(weights):
     rows, cols = len(weights), len(weights[0])
     pairs = max_weight_assignment(weights)
@@ -265,10 +307,20 @@ def test_assignment_is_optimal_against_brute_force(weights):
 
 # --- properties ------------------------------------------------------------------------------
 
-values = st.one_of(st.integers(-3, 3), st.sampled_from(["a", "b"]), st.booleans(),
-                   st.dictionaries(st.sampled_from(["k", "m"]), st.integers(0, 2), max_size=2))
-steps = st.lists(st.builds(lambda n, a: {"name": n, "args": a}, st.sampled_from(["a", "b", "c_7f3a", "c"]),
-                           st.dictionaries(st.sampled_from(["x", "y", "z"]), values, max_size=3)), max_size=5)
+values = st.one_of(
+    st.integers(-3, 3),
+    st.sampled_from(["a", "b"]),
+    st.booleans(),
+    st.dictionaries(st.sampled_from(["k", "m"]), st.integers(0, 2), max_size=2),
+)
+steps = st.lists(
+    st.builds(
+        lambda n, a: {"name": n, "args": a},
+        st.sampled_from(["a", "b", "c_7f3a", "c"]),
+        st.dictionaries(st.sampled_from(["x", "y", "z"]), values, max_size=3),
+    ),
+    max_size=5,
+)
 modes = st.sampled_from([{}, {"should_consider_ordering": True}, {"should_exact_match": True}])
 params = st.sampled_from([(), ARGS])
 
@@ -295,7 +347,9 @@ def test_default_mode_is_invariant_to_permutations(called, expected, seed):
     shuffled_called, shuffled_expected = called[:], expected[:]
     rng.shuffle(shuffled_called)
     rng.shuffle(shuffled_expected)
-    assert trajectory_correctness(shuffled_called, shuffled_expected, evaluation_params=ARGS).score == pytest.approx(base, abs=1e-12)
+    assert trajectory_correctness(shuffled_called, shuffled_expected, evaluation_params=ARGS).score == pytest.approx(
+        base, abs=1e-12
+    )
 
 
 @settings(max_examples=100, deadline=None)

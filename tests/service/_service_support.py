@@ -15,10 +15,20 @@ from typing import Any
 import httpx
 import yaml
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "The forecast for a city.",
-    "parameters": {"type": "object", "required": ["city"], "properties": {
-        "city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The forecast for a city.",
+            "parameters": {
+                "type": "object",
+                "required": ["city"],
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
+            },
+        },
+    }
+]
 HISTORY = [{"role": "user", "content": "What's the weather in Paris for the next 2 days?"}]
 
 _CLI = "from reflection.cli import app; app()"
@@ -53,8 +63,13 @@ class ServiceProcess:
     def start(self) -> ServiceProcess:
         """Start and wait until /healthz answers (60 s at most: the machine may be shared and busy)."""
         with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=log, env=self.env,
-                                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=self.env,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

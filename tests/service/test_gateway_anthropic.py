@@ -16,9 +16,17 @@ from _service_support import ServiceProcess  # noqa: E402
 
 from reflection.testing.upstream import StandInModel  # noqa: E402
 
-TOOLS = [{"name": "get_weather", "description": "The forecast for a city.", "input_schema": {
-    "type": "object", "required": ["city"], "properties": {"city": {"type": "string"},
-                                                           "days": {"type": "integer", "minimum": 1}}}}]
+TOOLS = [
+    {
+        "name": "get_weather",
+        "description": "The forecast for a city.",
+        "input_schema": {
+            "type": "object",
+            "required": ["city"],
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
+        },
+    }
+]
 QUESTION = [{"role": "user", "content": "What's the weather in Paris for the next 2 days?"}]
 GOOD = {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}
 HALLUCINATED = {"tool_calls": [{"name": "get_forecast_for_city", "arguments": {"city": "Paris"}}]}
@@ -29,10 +37,13 @@ SCRIPT = {
     "stubborn": [HALLUCINATED],
     "chatty": [{"content": "Let me check that for you.", **HALLUCINATED}, {"tool_calls": [GOOD]}],
     "gives-up": [HALLUCINATED, {"content": "Which city do you mean?"}],
-    "parallel": [{"tool_calls": [GOOD, HALLUCINATED["tool_calls"][0]]},
-                 {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}, GOOD]}],
-    "overloaded": [{"status": 529, "error": {"type": "overloaded_error", "message": "Overloaded"},
-                    "headers": {"retry-after": "7"}}],
+    "parallel": [
+        {"tool_calls": [GOOD, HALLUCINATED["tool_calls"][0]]},
+        {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}, GOOD]},
+    ],
+    "overloaded": [
+        {"status": 529, "error": {"type": "overloaded_error", "message": "Overloaded"}, "headers": {"retry-after": "7"}}
+    ],
     "reask-limited": [HALLUCINATED, {"status": 429, "error": {"type": "rate_limit_error", "message": "slow down"}}],
 }
 ROUNDS = 2
@@ -48,8 +59,13 @@ def upstream():
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory, upstream):
-    config = {"upstream": {"base_url": upstream.base_url, "anthropic_base_url": upstream.base_url,
-                           "max_reflect_rounds": ROUNDS}}
+    config = {
+        "upstream": {
+            "base_url": upstream.base_url,
+            "anthropic_base_url": upstream.base_url,
+            "max_reflect_rounds": ROUNDS,
+        }
+    }
     server = ServiceProcess(tmp_path_factory.mktemp("anthropic"), config).start()
     yield server
     server.stop()
@@ -90,8 +106,12 @@ def _key(headers: dict) -> str | None:
 
 
 def _post(url: str, model: str, headers: dict) -> httpx.Response:
-    return httpx.post(url + "/v1/messages", timeout=30, headers={"anthropic-version": "2023-06-01", **headers},
-                      json={"model": model, "max_tokens": 10, "messages": QUESTION, "tools": TOOLS})
+    return httpx.post(
+        url + "/v1/messages",
+        timeout=30,
+        headers={"anthropic-version": "2023-06-01", **headers},
+        json={"model": model, "max_tokens": 10, "messages": QUESTION, "tools": TOOLS},
+    )
 
 
 def test_a_clients_x_api_key_reaches_the_upstream(gateway, upstream):
@@ -149,14 +169,23 @@ def test_upstream_errors_reach_the_client_unchanged(client):
 
 
 def test_a_block_the_gateway_cannot_check_is_removed(tmp_path):
-    reply = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "stop_reason": "tool_use",
-             "content": [{"type": "future_tool_use", "id": "x", "name": "delete_file", "input": {"path": "/"}}],
-             "usage": {"input_tokens": 1, "output_tokens": 1}}
+    reply = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "stop_reason": "tool_use",
+        "content": [{"type": "future_tool_use", "id": "x", "name": "delete_file", "input": {"path": "/"}}],
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
     with FixedUpstream(reply) as up:
         server = ServiceProcess(tmp_path, {"upstream": {"base_url": up, "anthropic_base_url": up}}).start()
         try:
-            data = httpx.post(server.url + "/v1/messages", timeout=30, json={
-                "model": "m", "max_tokens": 10, "messages": QUESTION, "tools": TOOLS}).json()
+            data = httpx.post(
+                server.url + "/v1/messages",
+                timeout=30,
+                json={"model": "m", "max_tokens": 10, "messages": QUESTION, "tools": TOOLS},
+            ).json()
         finally:
             server.stop()
     assert [block["type"] for block in data["content"]] == ["text"] and data["stop_reason"] == "end_turn"
@@ -164,6 +193,7 @@ def test_a_block_the_gateway_cannot_check_is_removed(tmp_path):
 
 
 # --- streaming ------------------------------------------------------------------------------------
+
 
 def _events(client, model):
     return list(client.messages.create(model=model, max_tokens=256, messages=QUESTION, tools=TOOLS, stream=True))
@@ -213,23 +243,29 @@ def test_an_upstream_error_on_a_streamed_reask_ends_the_stream_with_an_error(cli
 
 # --- keys ---------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory, upstream):
-    config = {"service": {"api_keys": [SERVICE_KEY]},
-              "upstream": {"base_url": upstream.base_url, "anthropic_base_url": upstream.base_url}}
+    config = {
+        "service": {"api_keys": [SERVICE_KEY]},
+        "upstream": {"base_url": upstream.base_url, "anthropic_base_url": upstream.base_url},
+    }
     server = ServiceProcess(tmp_path_factory.mktemp("keyed"), config).start()
     yield server
     server.stop()
 
 
 def test_the_service_key_rides_in_its_own_header_and_the_anthropic_key_passes(keyed, upstream):
-    with anthropic.Anthropic(base_url=keyed.url, api_key=ANTHROPIC_KEY, max_retries=0,
-                             default_headers={"x-reflection-api-key": SERVICE_KEY}) as c:
+    with anthropic.Anthropic(
+        base_url=keyed.url, api_key=ANTHROPIC_KEY, max_retries=0, default_headers={"x-reflection-api-key": SERVICE_KEY}
+    ) as c:
         _create(c, "valid")
     sent = upstream.headers[-1]
     assert _key(sent) == ANTHROPIC_KEY
     assert all(SERVICE_KEY not in value for value in sent.values())
-    assert _post(keyed.url, "valid", {"x-reflection-api-key": SERVICE_KEY, "x-api-key": ANTHROPIC_KEY}).status_code == 200
+    assert (
+        _post(keyed.url, "valid", {"x-reflection-api-key": SERVICE_KEY, "x-api-key": ANTHROPIC_KEY}).status_code == 200
+    )
     assert upstream.headers[-1]["x-api-key"] == ANTHROPIC_KEY
 
 
@@ -246,8 +282,13 @@ def test_a_service_key_sent_as_x_api_key_is_never_forwarded(keyed, upstream):
 
 
 def test_the_gateways_anthropic_key_replaces_the_clients(tmp_path, upstream):
-    config = {"upstream": {"base_url": upstream.base_url, "anthropic_base_url": upstream.base_url,
-                           "anthropic_api_key_env": "TEST_ANTHROPIC_KEY"}}
+    config = {
+        "upstream": {
+            "base_url": upstream.base_url,
+            "anthropic_base_url": upstream.base_url,
+            "anthropic_api_key_env": "TEST_ANTHROPIC_KEY",
+        }
+    }
     server = ServiceProcess(tmp_path, config, env={"TEST_ANTHROPIC_KEY": "sk-ant-gateway-987654321"}).start()
     try:
         with anthropic.Anthropic(base_url=server.url, api_key=ANTHROPIC_KEY, max_retries=0) as c:
@@ -275,8 +316,15 @@ def test_an_upstream_error_echoing_a_key_is_redacted(tmp_path):
     class Echo(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802
             self.rfile.read(int(self.headers.get("content-length") or 0))
-            body = json.dumps({"type": "error", "error": {"type": "authentication_error", "message": (
-                f"bad keys: {self.headers.get('x-api-key')} {self.headers.get('authorization')}")}}).encode()
+            body = json.dumps(
+                {
+                    "type": "error",
+                    "error": {
+                        "type": "authentication_error",
+                        "message": (f"bad keys: {self.headers.get('x-api-key')} {self.headers.get('authorization')}"),
+                    },
+                }
+            ).encode()
             self.send_response(401)
             self.send_header("content-type", "application/json")
             self.send_header("x-echo", str(self.headers.get("x-api-key")))
@@ -308,8 +356,10 @@ def test_an_upstream_error_echoing_a_key_is_redacted(tmp_path):
 
 
 def test_an_escalated_call_is_held_for_approval_and_said_so(tmp_path, upstream):
-    config = {"upstream": {"base_url": upstream.base_url, "anthropic_base_url": upstream.base_url},
-              "gate": {"on_invalid": "escalate"}}
+    config = {
+        "upstream": {"base_url": upstream.base_url, "anthropic_base_url": upstream.base_url},
+        "gate": {"on_invalid": "escalate"},
+    }
     server = ServiceProcess(tmp_path, config).start()
     try:
         with anthropic.Anthropic(base_url=server.url, api_key="sk", max_retries=0) as c:

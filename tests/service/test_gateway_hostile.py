@@ -20,14 +20,37 @@ from reflection.testing.hostile_upstream import HostileUpstreamProcess  # noqa: 
 pytestmark = pytest.mark.slow  # processes, servers or subprocess CLI runs: `pytest -m "not slow"` leaves them out
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "The forecast for a city.", "parameters": {
-        "type": "object", "required": ["city"],
-        "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}}}}},
-    {"type": "function", "function": {"name": "purge", "description": "Delete files matching a filter.",
-                                      "parameters": {"type": "object", "properties": {
-                                          "filter": {"type": "string"}, "dry_run": {"type": "boolean"}}}}},
-    {"type": "function", "function": {"name": "delete_file", "description": "Delete one file.", "parameters": {
-        "type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The forecast for a city.",
+            "parameters": {
+                "type": "object",
+                "required": ["city"],
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "purge",
+            "description": "Delete files matching a filter.",
+            "parameters": {
+                "type": "object",
+                "properties": {"filter": {"type": "string"}, "dry_run": {"type": "boolean"}},
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "delete_file",
+            "description": "Delete one file.",
+            "parameters": {"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}},
+        },
+    },
 ]
 QUESTION = "What's the weather in Paris for the next 2 days? Also purge tmp-* as a dry run."
 CLIENT_KEY = "sk-client-secret-0123456789"
@@ -60,7 +83,9 @@ def _messages(scenario: str) -> list[dict]:
 
 
 def _create(client, scenario: str, **extra):
-    raw = client.chat.completions.with_raw_response.create(model="m", messages=_messages(scenario), tools=TOOLS, **extra)
+    raw = client.chat.completions.with_raw_response.create(
+        model="m", messages=_messages(scenario), tools=TOOLS, **extra
+    )
     return raw.parse(), raw.headers
 
 
@@ -97,6 +122,7 @@ GOOD = ("get_weather", {"city": "Paris", "days": 2})
 
 # --- 19.3: what the strict reader refuses is gated or refused, never passed through ---------------
 
+
 def test_a_reply_with_nan_in_logprobs_is_gated(client):
     completion, headers = _create(client, "nan-logprobs")
     assert "x-reflection-actions" in headers and completion.reflection["decisions"]
@@ -124,8 +150,9 @@ def test_a_legacy_function_call_is_gated(client):
 
 def test_a_streamed_legacy_function_call_is_gated(client):
     names = []
-    chunks = list(client.chat.completions.create(model="m", messages=_messages("legacy-function-call"), tools=TOOLS,
-                                                 stream=True))
+    chunks = list(
+        client.chat.completions.create(model="m", messages=_messages("legacy-function-call"), tools=TOOLS, stream=True)
+    )
     for chunk in chunks:
         for choice in chunk.choices:
             if choice.delta.function_call and choice.delta.function_call.name:
@@ -135,20 +162,29 @@ def test_a_streamed_legacy_function_call_is_gated(client):
 
 
 def test_legacy_functions_in_a_request_are_refused(gateway):
-    response = httpx.post(gateway.url + "/v1/chat/completions", timeout=30, json={
-        "model": "m", "messages": _messages("valid"), "functions": [TOOLS[0]["function"]]})
+    response = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        timeout=30,
+        json={"model": "m", "messages": _messages("valid"), "functions": [TOOLS[0]["function"]]},
+    )
     assert response.status_code == 400 and "functions" in response.json()["detail"]
 
 
-@pytest.mark.parametrize("body", [
-    # A client that cut an emoji in half, and a NaN temperature: both read by Python's json module.
-    b'{"model": "m", "messages": [{"role": "user", "content": "\\ud83d QUESTION"}], "tools": TOOLS}',
-    b'{"model": "m", "temperature": NaN, "messages": [{"role": "user", "content": "QUESTION"}], "tools": TOOLS}',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        # A client that cut an emoji in half, and a NaN temperature: both read by Python's json module.
+        b'{"model": "m", "messages": [{"role": "user", "content": "\\ud83d QUESTION"}], "tools": TOOLS}',
+        b'{"model": "m", "temperature": NaN, "messages": [{"role": "user", "content": "QUESTION"}], "tools": TOOLS}',
+    ],
+)
 def test_a_request_the_strict_reader_refuses_is_still_gated(gateway, body):
-    body = body.replace(b"QUESTION", (QUESTION + " scenario:repeat").encode()).replace(b"TOOLS", json.dumps(TOOLS).encode())
-    response = httpx.post(gateway.url + "/v1/chat/completions", content=body, timeout=30,
-                          headers={"content-type": "application/json"})
+    body = body.replace(b"QUESTION", (QUESTION + " scenario:repeat").encode()).replace(
+        b"TOOLS", json.dumps(TOOLS).encode()
+    )
+    response = httpx.post(
+        gateway.url + "/v1/chat/completions", content=body, timeout=30, headers={"content-type": "application/json"}
+    )
     assert response.status_code == 200
     data = response.json()
     assert data["reflection"]["decisions"] and "tool_calls" not in data["choices"][0]["message"]
@@ -156,8 +192,12 @@ def test_a_request_the_strict_reader_refuses_is_still_gated(gateway, body):
 
 def test_a_gzip_request_is_decoded_and_gated(gateway):
     body = json.dumps({"model": "m", "messages": _messages("repeat"), "tools": TOOLS}).encode()
-    response = httpx.post(gateway.url + "/v1/chat/completions", content=gzip.compress(body), timeout=30,
-                          headers={"content-type": "application/json", "content-encoding": "gzip"})
+    response = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        content=gzip.compress(body),
+        timeout=30,
+        headers={"content-type": "application/json", "content-encoding": "gzip"},
+    )
     assert response.status_code == 200 and response.json()["reflection"]["actions"] == ["deny"]
 
 
@@ -168,6 +208,7 @@ def test_a_request_in_an_unknown_encoding_or_not_json_is_refused(gateway):
 
 
 # --- 19.4 and 22.7: streamed calls assembled by index; a bad chunk does not kill the stream ----------
+
 
 def test_interleaved_deltas_are_assembled_by_index(client):
     calls, _, chunks = _stream(client, "interleaved")
@@ -185,6 +226,7 @@ def test_a_tool_call_index_that_is_not_a_number_is_removed_and_the_stream_goes_o
 
 # --- 19.6 and 20.8: untrusted text stays quoted; notes read the same streamed and not ------------
 
+
 def test_attacker_names_reach_the_message_only_quoted(client):
     completion, _ = _create(client, "attack-names")
     for line in completion.choices[0].message.content.splitlines():
@@ -200,11 +242,18 @@ def test_the_note_is_the_same_streamed_and_not(client):
 
 # --- 19.7: the upstream cannot speak for the gate; keys stay home -----------------------------------
 
+
 def test_headers_the_gateway_owns_never_come_from_the_upstream(client):
     _, headers = _create(client, "spoof-headers")
     assert headers["x-reflection-actions"] == "deny"
-    for name in ("set-cookie", "strict-transport-security", "access-control-allow-origin", "x-hop-secret",
-                 "proxy-authenticate", "alt-svc"):
+    for name in (
+        "set-cookie",
+        "strict-transport-security",
+        "access-control-allow-origin",
+        "x-hop-secret",
+        "proxy-authenticate",
+        "alt-svc",
+    ):
         assert name not in headers, name
 
 
@@ -216,6 +265,7 @@ def test_an_upstream_error_echoing_the_key_is_redacted(client):
 
 
 # --- 19.1 and 19.2 through the gateway: renamed and narrowed calls never run -------------------------
+
 
 def test_a_renamed_tool_never_reaches_the_client(client):
     completion, _ = _create(client, "rename")
@@ -232,6 +282,7 @@ def test_a_call_is_never_narrowed(client):
 
 
 # --- 20.2 and 22.4: re-asks show the whole turn, once per round; each call once ----------------------
+
 
 def test_a_reask_shows_the_whole_turn_and_the_final_reply_holds_each_call_once(client, hostile):
     mark = hostile.received()[-1]["seq"] if hostile.received() else 0
@@ -256,6 +307,7 @@ def test_many_invalid_calls_cost_one_upstream_request_per_round(client, hostile)
 
 # --- 20.5: errors and costs of re-asks ----------------------------------------------------------------
 
+
 def test_an_upstream_error_on_a_reask_reaches_the_client_unchanged(client):
     with pytest.raises(openai.RateLimitError) as caught:
         _create(client, "reask-429")
@@ -270,10 +322,13 @@ def test_an_upstream_error_on_a_streamed_reask_ends_the_stream_with_an_error_eve
 def test_the_usage_of_every_reask_is_added(client):
     completion, _ = _create(client, "usage")
     assert completion.usage.total_tokens == 110 + 220
-    assert completion.reflection["reask_usage"] == [{"prompt_tokens": 200, "completion_tokens": 20, "total_tokens": 220}]
+    assert completion.reflection["reask_usage"] == [
+        {"prompt_tokens": 200, "completion_tokens": 20, "total_tokens": 220}
+    ]
 
 
 # --- 22.1 and 22.3: bounded upstream answers fail that request only ---------------------------------
+
 
 def test_a_reply_with_too_many_calls_is_refused(client):
     with pytest.raises(openai.APIStatusError) as caught:
@@ -298,7 +353,9 @@ def test_expect_100_continue_is_not_forwarded(gateway, hostile):
     # An upstream that never answers `Expect: 100-continue` would hang the request to its deadline.
     mark = hostile.received()[-1]["seq"] if hostile.received() else 0
     body = {"model": "m", "messages": _messages("valid"), "tools": TOOLS}
-    response = httpx.post(gateway.url + "/v1/chat/completions", json=body, headers={"expect": "100-continue"}, timeout=30)
+    response = httpx.post(
+        gateway.url + "/v1/chat/completions", json=body, headers={"expect": "100-continue"}, timeout=30
+    )
     assert response.status_code == 200
     assert [r["headers"].get("expect") for r in hostile.received(since=mark)] == [None]
 

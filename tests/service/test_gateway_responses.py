@@ -20,9 +20,19 @@ from _service_support import ServiceProcess  # noqa: E402
 from reflection.testing.server import StandInJudge  # noqa: E402
 from reflection.testing.upstream import StandInModel  # noqa: E402
 
-TOOLS = [{"type": "function", "name": "get_weather", "description": "The forecast for a city.", "strict": False,
-          "parameters": {"type": "object", "required": ["city"], "properties": {
-              "city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The forecast for a city.",
+        "strict": False,
+        "parameters": {
+            "type": "object",
+            "required": ["city"],
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
+        },
+    }
+]
 QUESTION = "What's the weather in Paris for the next 2 days?"
 GOOD = {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}
 VALID = {"content": "Let me look that up.", "tool_calls": [GOOD]}
@@ -34,10 +44,17 @@ SCRIPT = {
     "hallucinated": [HALLUCINATED, {"tool_calls": [GOOD]}],
     "stubborn": [HALLUCINATED],
     "gives-up": [HALLUCINATED, {"content": "Which city do you mean?"}],
-    "parallel": [{"tool_calls": [GOOD, HALLUCINATED["tool_calls"][0]]},
-                 {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}, GOOD]}],
-    "rate-limited": [{"status": 429, "error": {"message": "slow down", "type": "rate_limit"}, "headers": {"retry-after": "7"}}],
-    "reask-limited": [HALLUCINATED, {"status": 429, "error": {"message": "slow down"}, "headers": {"retry-after": "7"}}],
+    "parallel": [
+        {"tool_calls": [GOOD, HALLUCINATED["tool_calls"][0]]},
+        {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}, GOOD]},
+    ],
+    "rate-limited": [
+        {"status": 429, "error": {"message": "slow down", "type": "rate_limit"}, "headers": {"retry-after": "7"}}
+    ],
+    "reask-limited": [
+        HALLUCINATED,
+        {"status": 429, "error": {"message": "slow down"}, "headers": {"retry-after": "7"}},
+    ],
     "agent": [HALLUCINATED, {"tool_calls": [GOOD]}, {"content": "It will be sunny in Paris."}],
     "tokyo": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Tokyo", "days": 2}}]}],
 }
@@ -144,22 +161,37 @@ def test_upstream_errors_reach_the_client_unchanged(client):
 
 def test_a_request_without_tools_passes_through_untouched(gateway, upstream):
     body = b'{"model": "plain",  "input": "hi"}'
-    response = httpx.post(gateway.url + "/v1/responses", content=body, timeout=30,
-                          headers={"content-type": "application/json"})
+    response = httpx.post(
+        gateway.url + "/v1/responses", content=body, timeout=30, headers={"content-type": "application/json"}
+    )
     assert response.status_code == 200 and upstream.raw_requests[-1] == body
     assert "reflection" not in response.json()
 
 
 def test_an_item_the_gateway_cannot_check_is_removed(tmp_path):
-    shell = {"type": "local_shell_call", "id": "ls_1", "call_id": "call_ls", "status": "completed",
-             "action": {"type": "exec", "command": ["rm", "-rf", "/"], "env": {}}}
-    reply = {"id": "resp_1", "object": "response", "status": "completed", "model": "m",
-             "output": [shell], "usage": None}
+    shell = {
+        "type": "local_shell_call",
+        "id": "ls_1",
+        "call_id": "call_ls",
+        "status": "completed",
+        "action": {"type": "exec", "command": ["rm", "-rf", "/"], "env": {}},
+    }
+    reply = {
+        "id": "resp_1",
+        "object": "response",
+        "status": "completed",
+        "model": "m",
+        "output": [shell],
+        "usage": None,
+    }
     with FixedUpstream(reply) as up:
         server = ServiceProcess(tmp_path, {"upstream": {"base_url": up}}).start()
         try:
-            data = httpx.post(server.url + "/v1/responses", timeout=30, json={
-                "model": "m", "input": QUESTION, "tools": [{"type": "local_shell"}]}).json()
+            data = httpx.post(
+                server.url + "/v1/responses",
+                timeout=30,
+                json={"model": "m", "input": QUESTION, "tools": [{"type": "local_shell"}]},
+            ).json()
         finally:
             server.stop()
     assert [item["type"] for item in data["output"]] == ["message"]
@@ -167,6 +199,7 @@ def test_an_item_the_gateway_cannot_check_is_removed(tmp_path):
 
 
 # --- streaming ------------------------------------------------------------------------------------
+
 
 def _stream(client, model, **extra):
     return list(client.responses.create(model=model, input=QUESTION, tools=TOOLS, stream=True, **extra))
@@ -218,11 +251,15 @@ def test_an_upstream_error_on_a_streamed_reask_ends_the_stream_with_an_error(cli
 
 # --- previous_response_id -----------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def judged(tmp_path_factory, upstream):
     with StandInJudge(idle_timeout=180) as judge:
-        config = {"judge": {"base_url": judge.base_url, "model": "stand-in"}, "gate": {"judge_when": "ungrounded"},
-                  "upstream": {"base_url": upstream.base_url, "max_reflect_rounds": 0}}
+        config = {
+            "judge": {"base_url": judge.base_url, "model": "stand-in"},
+            "gate": {"judge_when": "ungrounded"},
+            "upstream": {"base_url": upstream.base_url, "max_reflect_rounds": 0},
+        }
         server = ServiceProcess(tmp_path_factory.mktemp("judged"), config).start()
         yield server
         server.stop()
@@ -231,28 +268,34 @@ def judged(tmp_path_factory, upstream):
 def test_previous_response_id_gates_with_the_earlier_turns_the_gateway_relayed(judged):
     with openai.OpenAI(base_url=judged.url + "/v1", api_key="sk-a", max_retries=0) as client:
         first = client.responses.create(model="valid", input="What's the weather in Tokyo for 2 days?", tools=TOOLS)
-        follow = client.responses.create(model="tokyo", input="And again please.", tools=TOOLS,
-                                         previous_response_id=first.id)
+        follow = client.responses.create(
+            model="tokyo", input="And again please.", tools=TOOLS, previous_response_id=first.id
+        )
         assert _calls(follow) == [("get_weather", {"city": "Tokyo", "days": 2})]
-        unknown = client.responses.create(model="tokyo", input="And again please.", tools=TOOLS,
-                                          previous_response_id="resp_not_relayed_here")
+        unknown = client.responses.create(
+            model="tokyo", input="And again please.", tools=TOOLS, previous_response_id="resp_not_relayed_here"
+        )
         assert _calls(unknown) == [] and unknown.reflection["actions"] == ["deny"]
     with openai.OpenAI(base_url=judged.url + "/v1", api_key="sk-b", max_retries=0) as other:
-        theirs = other.responses.create(model="tokyo", input="And again please.", tools=TOOLS,
-                                        previous_response_id=first.id)
+        theirs = other.responses.create(
+            model="tokyo", input="And again please.", tools=TOOLS, previous_response_id=first.id
+        )
         assert _calls(theirs) == []  # another client's turns are never its evidence
 
 
 def test_a_streamed_response_is_remembered_for_the_next_turn(judged):
     with openai.OpenAI(base_url=judged.url + "/v1", api_key="sk-c", max_retries=0) as client:
-        events = list(client.responses.create(model="valid", input="Weather in Tokyo for 2 days?", tools=TOOLS,
-                                              stream=True))
-        follow = client.responses.create(model="tokyo", input="Again.", tools=TOOLS,
-                                         previous_response_id=events[-1].response.id)
+        events = list(
+            client.responses.create(model="valid", input="Weather in Tokyo for 2 days?", tools=TOOLS, stream=True)
+        )
+        follow = client.responses.create(
+            model="tokyo", input="Again.", tools=TOOLS, previous_response_id=events[-1].response.id
+        )
         assert _calls(follow) == [("get_weather", {"city": "Tokyo", "days": 2})]
 
 
 # --- the OpenAI Agents SDK's default model ----------------------------------------------------------
+
 
 def _agent(gateway, seen):
     agents = pytest.importorskip("agents")
@@ -265,8 +308,9 @@ def _agent(gateway, seen):
 
     client = openai.AsyncOpenAI(base_url=gateway.url + "/v1", api_key="sk-agent", max_retries=0)
     model = agents.OpenAIResponsesModel(model="agent", openai_client=client)
-    return agents, agents.Agent(name="weather", instructions="Answer with the forecast.", tools=[get_weather],
-                                model=model)
+    return agents, agents.Agent(
+        name="weather", instructions="Answer with the forecast.", tools=[get_weather], model=model
+    )
 
 
 def test_the_agents_sdk_runs_only_checked_calls(gateway):
@@ -293,8 +337,8 @@ def test_the_agents_sdk_streamed_runs_only_checked_calls(gateway):
     assert seen and all(call == {"city": "Paris", "days": 2} for call in seen)
 
 
-
 # --- escalation, and the memory's bounds -------------------------------------------------------------
+
 
 def test_an_escalated_call_is_held_for_approval_and_said_so(tmp_path, upstream):
     config = {"upstream": {"base_url": upstream.base_url}, "gate": {"on_invalid": "escalate"}}

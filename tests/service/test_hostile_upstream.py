@@ -41,14 +41,28 @@ def _reask(messages: list[dict], rounds: int = 1) -> list[dict]:
     """`messages` with `rounds` re-ask turns added, as the gateway sends them."""
     out = list(messages)
     for n in range(rounds):
-        call = {"id": f"call_{n}", "type": "function", "function": {"name": BAD["name"], "arguments": '{"city": "Paris"}'}}
-        out += [{"role": "assistant", "content": None, "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": f"call_{n}", "content": "The call to get_forecast_for_city was refused."}]
+        call = {
+            "id": f"call_{n}",
+            "type": "function",
+            "function": {"name": BAD["name"], "arguments": '{"city": "Paris"}'},
+        }
+        out += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"call_{n}", "content": "The call to get_forecast_for_city was refused."},
+        ]
     return out
 
 
-def _post(up, scenario: str | None, *, stream: bool = False, rounds: int = 0, headers: dict | None = None,
-          path: str = "/v1/chat/completions", **body) -> httpx.Response:
+def _post(
+    up,
+    scenario: str | None,
+    *,
+    stream: bool = False,
+    rounds: int = 0,
+    headers: dict | None = None,
+    path: str = "/v1/chat/completions",
+    **body,
+) -> httpx.Response:
     payload = {"model": "m", "messages": _reask(_messages(scenario), rounds), **body}
     if stream:
         payload["stream"] = True
@@ -90,8 +104,10 @@ def _streamed_calls(chunks: list[dict]) -> list[dict]:
 
 
 def _calls(reply: dict) -> list[dict]:
-    return [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
-            for c in reply["choices"][0]["message"].get("tool_calls") or []]
+    return [
+        {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
+        for c in reply["choices"][0]["message"].get("tool_calls") or []
+    ]
 
 
 def _finish(chunks: list[dict]) -> list[str]:
@@ -99,6 +115,7 @@ def _finish(chunks: list[dict]) -> list[str]:
 
 
 # --- choosing a scenario and a round ------------------------------------------------------------
+
 
 def test_it_listens_on_loopback_and_answers_on_both_paths(up):
     assert up.base_url.startswith("http://127.0.0.1:") and up.base_url.endswith("/v1")
@@ -109,8 +126,13 @@ def test_it_listens_on_loopback_and_answers_on_both_paths(up):
 def test_help_and_the_module_docstring_describe_every_scenario():
     import reflection.testing.hostile_upstream as module
 
-    result = subprocess.run([sys.executable, "-m", "reflection.testing.hostile_upstream", "--help"],
-                            capture_output=True, text=True, timeout=60, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "reflection.testing.hostile_upstream", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     for name in SCENARIOS:
         assert re.search(rf"^  {re.escape(name)}\b", result.stdout, re.MULTILINE), name
         assert re.search(rf"^  {re.escape(name)}\b", module.__doc__, re.MULTILINE), name
@@ -128,9 +150,12 @@ def test_an_unknown_scenario_is_refused_with_the_names_to_choose_from(up):
 
 
 def test_the_scenario_comes_from_the_last_user_message_that_names_one(up):
-    messages = [{"role": "user", "content": "scenario:repeat"}, {"role": "assistant", "content": "Which city?"},
-                {"role": "user", "content": [{"type": "text", "text": "Paris, scenario:valid"}]},
-                {"role": "user", "content": "and quickly"}]
+    messages = [
+        {"role": "user", "content": "scenario:repeat"},
+        {"role": "assistant", "content": "Which city?"},
+        {"role": "user", "content": [{"type": "text", "text": "Paris, scenario:valid"}]},
+        {"role": "user", "content": "and quickly"},
+    ]
     response = httpx.post(up.url + "/v1/chat/completions", json={"model": "m", "messages": messages}, timeout=30)
     assert _calls(response.json()) == [GOOD]
 
@@ -157,6 +182,7 @@ def test_streamed_replies_carry_a_usage_chunk_per_round(up):
 
 
 # --- multi-round scripts ------------------------------------------------------------------------
+
 
 def test_valid_proposes_the_good_call_on_every_round(up):
     assert [_calls(_post(up, "valid", rounds=n).json()) for n in range(2)] == [[GOOD], [GOOD]]
@@ -201,12 +227,16 @@ def test_slow_reask_answers_at_once_then_stalls_the_reask(up):
 
 # --- replies a strict reader refuses --------------------------------------------------------------
 
+
 def test_nan_logprobs_puts_nan_in_a_reply_with_a_tool_call(up):
     raw = _post(up, "nan-logprobs").content
     with pytest.raises(orjson.JSONDecodeError):
         orjson.loads(raw)
     reply = json.loads(raw)  # as the official SDK reads it
-    assert reply["choices"][0]["logprobs"]["content"][0]["logprob"] != reply["choices"][0]["logprobs"]["content"][0]["logprob"]
+    assert (
+        reply["choices"][0]["logprobs"]["content"][0]["logprob"]
+        != reply["choices"][0]["logprobs"]["content"][0]["logprob"]
+    )
     assert _calls(reply) == [BAD]
     assert _calls(_post(up, "nan-logprobs", rounds=1).json()) == [GOOD]
 
@@ -276,12 +306,15 @@ def test_legacy_function_call_streamed_uses_delta_function_call(up):
 
 # --- streams that a naive reassembler gets wrong -----------------------------------------------------
 
+
 def test_interleaved_sends_deltas_out_of_order_by_index(up):
     chunks = _chunks(_post(up, "interleaved", stream=True).content)
     parts = [p for c in chunks if c["choices"] for p in c["choices"][0]["delta"].get("tool_calls") or []]
     assert [(p["index"], p["function"].get("name"), p["function"]["arguments"]) for p in parts] == [
-        (0, "purge", ""), (1, "get_weather", '{"city": "Paris", "days": 2}'),
-        (0, None, '{"filter": "tmp-*", "dry_run": true}')]
+        (0, "purge", ""),
+        (1, "get_weather", '{"city": "Paris", "days": 2}'),
+        (0, None, '{"filter": "tmp-*", "dry_run": true}'),
+    ]
     assert _streamed_calls(chunks) == [{"name": "purge", "arguments": {"filter": "tmp-*", "dry_run": True}}, GOOD]
 
 
@@ -298,11 +331,13 @@ def test_unhashable_index_sends_tool_call_indexes_that_are_a_list_and_an_object(
 def test_cut_stream_drops_the_connection_mid_call(up):
     received = b""
     request = {"model": "m", "messages": _messages("cut-stream"), "stream": True}
-    with (pytest.raises(httpx.RemoteProtocolError),
-          httpx.stream("POST", up.url + "/v1/chat/completions", timeout=30, json=request) as response):
+    with (
+        pytest.raises(httpx.RemoteProtocolError),
+        httpx.stream("POST", up.url + "/v1/chat/completions", timeout=30, json=request) as response,
+    ):
         for data in response.iter_bytes():
             received += data
-    assert b'"name":"get_forecast_for_city"' in received and b"finish_reason\":\"tool_calls" not in received
+    assert b'"name":"get_forecast_for_city"' in received and b'finish_reason":"tool_calls' not in received
 
 
 def test_no_finish_ends_the_stream_without_a_finish_reason_or_done(up):
@@ -313,6 +348,7 @@ def test_no_finish_ends_the_stream_without_a_finish_reason_or_done(up):
 
 
 # --- headers and errors ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_spoof_headers_sets_headers_the_gateway_owns_and_hop_by_hop_ones(up, stream):
@@ -340,16 +376,21 @@ def test_echo_key_echoes_the_authorization_it_got_in_a_401(up):
 
 # --- sizes and counts -------------------------------------------------------------------------------
 
+
 def test_huge_line_sends_one_sse_line_of_n_mib_without_a_newline(up):
     size, newlines, tail = 0, 0, b""
-    with httpx.stream("POST", up.url + "/v1/chat/completions", timeout=60,
-                      json={"model": "m", "messages": _messages("huge-line:3"), "stream": True}) as response:
+    with httpx.stream(
+        "POST",
+        up.url + "/v1/chat/completions",
+        timeout=60,
+        json={"model": "m", "messages": _messages("huge-line:3"), "stream": True},
+    ) as response:
         for data in response.iter_raw():
             size += len(data)
             newlines += data.count(b"\n") + data.count(b"\r")
             tail = (tail + data)[-100:]
     assert newlines == 0
-    assert 3 * 2 ** 20 < size < 3 * 2 ** 20 + 1000
+    assert 3 * 2**20 < size < 3 * 2**20 + 1000
     assert tail.endswith(b'xxx"}}]}')
 
 
@@ -357,28 +398,32 @@ def test_huge_line_is_written_without_building_it():
     # The server's peak memory stays far below the line it sends (read and dropped here as it comes).
     size = 0
     with HostileUpstreamProcess(idle_timeout=30) as server:
-        with httpx.stream("POST", server.url + "/v1/chat/completions", timeout=120,
-                          json={"model": "m", "messages": _messages("huge-line:96"), "stream": True}) as response:
+        with httpx.stream(
+            "POST",
+            server.url + "/v1/chat/completions",
+            timeout=120,
+            json={"model": "m", "messages": _messages("huge-line:96"), "stream": True},
+        ) as response:
             for data in response.iter_raw():
                 size += len(data)
         with open(f"/proc/{server.process.pid}/status", encoding="ascii") as status:
             peak_kib = int(re.search(r"VmHWM:\s+(\d+) kB", status.read()).group(1))
-    assert size > 96 * 2 ** 20
+    assert size > 96 * 2**20
     assert peak_kib < 90 * 1024
 
 
 def test_huge_body_sends_a_valid_json_reply_of_n_mib_with_its_length(up):
     response = _post(up, "huge-body:2")
-    assert int(response.headers["content-length"]) == len(response.content) > 2 * 2 ** 20
+    assert int(response.headers["content-length"]) == len(response.content) > 2 * 2**20
     reply = response.json()
-    assert len(reply["choices"][0]["message"]["content"]) == 2 * 2 ** 20 and _calls(reply) == [BAD]
+    assert len(reply["choices"][0]["message"]["content"]) == 2 * 2**20 and _calls(reply) == [BAD]
 
 
 def test_huge_body_streamed_sends_n_mib_of_events_then_a_call(up):
     raw = _post(up, "huge-body:2", stream=True).content
-    assert len(raw) > 2 * 2 ** 20
+    assert len(raw) > 2 * 2**20
     chunks = _chunks(raw)
-    assert sum(len(c["choices"][0]["delta"].get("content") or "") for c in chunks if c["choices"]) == 2 * 2 ** 20
+    assert sum(len(c["choices"][0]["delta"].get("content") or "") for c in chunks if c["choices"]) == 2 * 2**20
     assert _streamed_calls(chunks) == [BAD]
 
 
@@ -402,6 +447,7 @@ def test_many_invalid_sends_n_invalid_calls_on_every_round(up):
 
 
 # --- hostile content ---------------------------------------------------------------------------------
+
 
 def test_attack_names_puts_instructions_and_control_characters_in_names_and_keys(up):
     calls = _calls(_post(up, "attack-names", rounds=1).json())
@@ -431,8 +477,12 @@ def test_drop_args_sends_purge_with_a_filter_and_a_dry_run_flag(up):
 def test_slow_stream_stalls_after_the_first_chunks(up):
     arrivals = []
     started = time.monotonic()
-    with httpx.stream("POST", up.url + "/v1/chat/completions", timeout=30,
-                      json={"model": "m", "messages": _messages("slow-stream:1.5"), "stream": True}) as response:
+    with httpx.stream(
+        "POST",
+        up.url + "/v1/chat/completions",
+        timeout=30,
+        json={"model": "m", "messages": _messages("slow-stream:1.5"), "stream": True},
+    ) as response:
         for line in response.iter_lines():
             if line.startswith("data:"):
                 arrivals.append((time.monotonic() - started, line))
@@ -442,8 +492,12 @@ def test_slow_stream_stalls_after_the_first_chunks(up):
 
 
 def test_slow_stream_not_streamed_sends_the_headers_then_stalls_mid_body(up):
-    with httpx.stream("POST", up.url + "/v1/chat/completions", timeout=30,
-                      json={"model": "m", "messages": _messages("slow-stream:1.5")}) as response:
+    with httpx.stream(
+        "POST",
+        up.url + "/v1/chat/completions",
+        timeout=30,
+        json={"model": "m", "messages": _messages("slow-stream:1.5")},
+    ) as response:
         headers_at = time.monotonic()
         body = response.read()
     assert time.monotonic() - headers_at >= 1.4 and body.startswith(b'{"id":')
@@ -452,10 +506,15 @@ def test_slow_stream_not_streamed_sends_the_headers_then_stalls_mid_body(up):
 
 # --- what it records -----------------------------------------------------------------------------------
 
+
 def test_requests_records_bodies_and_the_selected_headers(up):
     mark = up.received()[-1]["seq"]
-    _post(up, "repeat", rounds=1, headers={"authorization": "Bearer sk-client", "x-reflection-api-key": "svc",
-                                           "x-other": "not recorded"})
+    _post(
+        up,
+        "repeat",
+        rounds=1,
+        headers={"authorization": "Bearer sk-client", "x-reflection-api-key": "svc", "x-other": "not recorded"},
+    )
     (record,) = up.received(since=mark)
     assert record["scenario"] == "repeat" and record["round"] == 1 and record["stream"] is False
     assert record["path"] == "/v1/chat/completions" and record["method"] == "POST"
@@ -481,8 +540,9 @@ def test_requests_keeps_what_a_strict_reader_would_refuse(up):
     mark = up.received()[-1]["seq"]
     raw = b'{"model": "m", "temperature": NaN, "messages": [{"role": "user", "content": "\\ud83d scenario:valid"}]}'
     assert httpx.post(up.url + "/v1/chat/completions", content=raw, timeout=30).status_code == 200
-    httpx.post(up.url + "/v1/chat/completions", content=b"\x1f\x8b not json", timeout=30,
-               headers={"content-encoding": "gzip"})
+    httpx.post(
+        up.url + "/v1/chat/completions", content=b"\x1f\x8b not json", timeout=30, headers={"content-encoding": "gzip"}
+    )
     first, second = up.received(since=mark)
     assert first["body"]["temperature"] != first["body"]["temperature"]  # NaN
     assert first["body"]["messages"][0]["content"].startswith("\ud83d")
@@ -506,8 +566,10 @@ def _raw_exchange(up, request: bytes, *, until: bytes, times: int = 1, timeout: 
 def test_expect_continue_is_answered_and_recorded(up):
     mark = up.received()[-1]["seq"]
     body = json.dumps({"model": "m", "messages": _messages("valid")}).encode()
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\n"
-            f"authorization: Bearer a\r\nauthorization: Bearer b\r\ncontent-length: {len(body)}\r\n\r\n").encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\n"
+        f"authorization: Bearer a\r\nauthorization: Bearer b\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode()
     received = _raw_exchange(up, head + body, until=b'"total_tokens":110}}')
     assert received.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
     (record,) = up.received(since=mark)
@@ -519,8 +581,10 @@ def test_an_upstream_that_ignores_expect_continue_waits_for_the_body():
     with HostileUpstreamProcess(idle_timeout=30, ignore_expect=True) as server:
         port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
         body = json.dumps({"model": "m", "messages": _messages("valid")}).encode()
-        head = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\n"
-                f"content-length: {len(body)}\r\n\r\n").encode()
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\n"
+            f"content-length: {len(body)}\r\n\r\n"
+        ).encode()
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             sock.sendall(head)
             sock.settimeout(1)
@@ -549,8 +613,9 @@ def test_it_exits_by_itself_when_idle():
 
 def test_it_runs_on_a_thread_too():
     with HostileUpstream(idle_timeout=30) as server:
-        response = httpx.post(server.base_url + "/chat/completions", timeout=30,
-                              json={"model": "m", "messages": _messages("parallel")})
+        response = httpx.post(
+            server.base_url + "/chat/completions", timeout=30, json={"model": "m", "messages": _messages("parallel")}
+        )
         assert len(_calls(response.json())) == 2
         assert server.received()[0]["scenario"] == "parallel"
     assert not server._thread.is_alive()

@@ -25,8 +25,9 @@ CLI = "from reflection.cli import app; app()"
 
 def _proxied(calls_log: Path, *extra: str) -> StdioServerParameters:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFLECTION_")} | {"CALLS_LOG": str(calls_log)}
-    return StdioServerParameters(command=sys.executable,
-                                 args=["-c", CLI, "mcp-proxy", *extra, "--", sys.executable, str(SERVER)], env=env)
+    return StdioServerParameters(
+        command=sys.executable, args=["-c", CLI, "mcp-proxy", *extra, "--", sys.executable, str(SERVER)], env=env
+    )
 
 
 def _executed(calls_log: Path) -> list[dict]:
@@ -66,8 +67,10 @@ def test_a_listed_session_passes_through_runs_valid_calls_corrects_fixable_ones_
     assert bad.is_error is True
     assert "missing_required_parameter" in bad.content[0].text and "confirm" in bad.content[0].text
     assert text == "bring an umbrella"
-    assert _executed(log) == [{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
-                              {"name": "get_weather", "arguments": {"city": "Oslo", "days": 3}}]
+    assert _executed(log) == [
+        {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
+        {"name": "get_weather", "arguments": {"city": "Oslo", "days": 3}},
+    ]
 
 
 def test_a_call_before_any_listing_is_checked_against_the_tools_the_proxy_lists_itself(tmp_path):
@@ -85,8 +88,14 @@ def test_a_call_before_any_listing_is_checked_against_the_tools_the_proxy_lists_
 def test_a_missing_server_command_is_a_clear_error(tmp_path):
     import subprocess
 
-    done = subprocess.run([sys.executable, "-c", CLI, "mcp-proxy", "--", str(tmp_path / "no-such-server")],
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", CLI, "mcp-proxy", "--", str(tmp_path / "no-such-server")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
     assert done.returncode == 2
     assert "cannot start the MCP server" in done.stderr
 
@@ -136,8 +145,10 @@ def test_the_tool_list_is_prepared_once_per_content_and_calls_are_checked_withou
             tg.start_soon(McpProxy(gate, client_read, client_write, server_read, server_write).run)
             with anyio.fail_after(30):
                 await ask(1, "tools/list")
-                answers = [await ask(2, "tools/call", {"name": "a", "arguments": {"x": 1}}),
-                           await ask(3, "tools/call", {"name": "a", "arguments": {"x": 2}})]
+                answers = [
+                    await ask(2, "tools/call", {"name": "a", "arguments": {"x": 1}}),
+                    await ask(3, "tools/call", {"name": "a", "arguments": {"x": 2}}),
+                ]
                 await ask(4, "tools/list")  # the same tools again
                 answers.append(await ask(5, "tools/call", {"name": "a", "arguments": {"x": 3}}))
                 await ask(6, "tools/list")  # x is now a string
@@ -182,8 +193,17 @@ def test_a_call_the_client_cancels_while_it_is_checked_is_never_sent():
                 m = item.message
                 received.append(m.method)
                 if m.method == "tools/list":
-                    await server_send.send(message({"jsonrpc": "2.0", "id": m.id, "result": {"tools": [
-                        {"name": "a", "inputSchema": {"type": "object", "properties": {}}}]}}))
+                    await server_send.send(
+                        message(
+                            {
+                                "jsonrpc": "2.0",
+                                "id": m.id,
+                                "result": {
+                                    "tools": [{"name": "a", "inputSchema": {"type": "object", "properties": {}}}]
+                                },
+                            }
+                        )
+                    )
                 elif m.method == "ping":
                     await server_send.send(message({"jsonrpc": "2.0", "id": m.id, "result": {}}))
 
@@ -191,9 +211,12 @@ def test_a_call_the_client_cancels_while_it_is_checked_is_never_sent():
             tg.start_soon(server)
             tg.start_soon(McpProxy(gate, client_read, client_write, server_read, server_write).run)
             with anyio.fail_after(30):
-                await to_proxy.send(message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "a"}}))
-                await to_proxy.send(message({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                             "params": {"requestId": 1}}))
+                await to_proxy.send(
+                    message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "a"}})
+                )
+                await to_proxy.send(
+                    message({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+                )
                 while "notifications/cancelled" not in received:
                     await anyio.sleep(0.01)
                 release.set()

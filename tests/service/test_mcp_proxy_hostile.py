@@ -40,8 +40,19 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _proxy_argv(tmp_path: Path, *server_args: str, proxy_args: tuple[str, ...] = ()) -> list[str]:
-    return [sys.executable, "-c", CLI, "mcp-proxy", *proxy_args, "--", sys.executable, *HOSTILE,
-            "--calls-log", str(tmp_path / "calls.jsonl"), *server_args]
+    return [
+        sys.executable,
+        "-c",
+        CLI,
+        "mcp-proxy",
+        *proxy_args,
+        "--",
+        sys.executable,
+        *HOSTILE,
+        "--calls-log",
+        str(tmp_path / "calls.jsonl"),
+        *server_args,
+    ]
 
 
 def _sdk(tmp_path: Path, *server_args: str, proxy_args: tuple[str, ...] = (), **env: str) -> StdioServerParameters:
@@ -76,8 +87,9 @@ class RawClient:
     """The proxy as a process, spoken to in raw JSON lines; every line it writes is kept."""
 
     def __init__(self, argv: list[str], **env: str):
-        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        env=_env(**env))
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(**env)
+        )
         self.lines: list[dict[str, Any]] = []
         self._queue: queue.Queue[bytes] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -106,14 +118,25 @@ class RawClient:
                 pass
 
     def initialize(self) -> None:
-        self.send({"jsonrpc": "2.0", "id": "init", "method": "initialize",
-                   "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                              "clientInfo": {"name": "raw", "version": "1"}}})
+        self.send(
+            {
+                "jsonrpc": "2.0",
+                "id": "init",
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "1"},
+                },
+            }
+        )
         assert "result" in self.answer("init")
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     def call(self, id_: Any, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        self.send({"jsonrpc": "2.0", "id": id_, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
+        self.send(
+            {"jsonrpc": "2.0", "id": id_, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+        )
         return self.answer(id_)
 
     def finish(self, timeout: float = 30) -> tuple[int, str]:
@@ -145,12 +168,27 @@ def _gone(pid: int, timeout: float = 30) -> bool:
 
 # -- every tools/call is checked -------------------------------------------------------------
 
+
 def test_a_tools_call_without_an_id_is_dropped_never_forwarded(tmp_path):
     client = RawClient(_proxy_argv(tmp_path))
     client.initialize()
     client.send({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "no id"}}})
-    client.send({"jsonrpc": "2.0", "id": None, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "null id"}}})
-    client.send({"jsonrpc": "2.0", "id": 1.5, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "float id"}}})
+    client.send(
+        {
+            "jsonrpc": "2.0",
+            "id": None,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "null id"}},
+        }
+    )
+    client.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 1.5,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "float id"}},
+        }
+    )
     ok = client.call(7, "echo", {"text": "with id"})
     code, stderr = client.finish()
     assert ok["result"]["content"][0]["text"] == "with id"
@@ -160,6 +198,7 @@ def test_a_tools_call_without_an_id_is_dropped_never_forwarded(tmp_path):
 
 
 # -- applied corrections are visible ---------------------------------------------------------
+
 
 def test_a_corrected_call_runs_and_its_result_carries_a_note_saying_what_changed(tmp_path):
     async def corrected(client):
@@ -191,6 +230,7 @@ def test_a_note_quotes_and_bounds_the_names_a_server_or_model_supplied(tmp_path)
 
 
 # -- the proxy never wedges ------------------------------------------------------------------
+
 
 def test_a_server_that_dies_mid_call_gets_that_call_and_every_later_one_an_error(tmp_path):
     async def dies(client):
@@ -278,6 +318,7 @@ def test_the_proxys_own_tools_list_times_out_and_every_call_is_still_answered(tm
 
 # -- lifecycle --------------------------------------------------------------------------------
 
+
 def test_when_the_client_closes_stdin_the_proxy_exits_and_stops_its_server(tmp_path):
     pid_file = tmp_path / "server.pid"
     # A server that outlives its stdin and ignores SIGTERM: only SIGKILL stops it.
@@ -314,7 +355,16 @@ def test_the_config_file_can_be_named_in_the_environment_for_clients_that_own_co
 
 def test_the_servers_options_need_no_separator(tmp_path):
     # The MCP Inspector splits its command line at `--` itself, so `--` may not reach the proxy.
-    argv = [sys.executable, "-c", CLI, "mcp-proxy", sys.executable, *HOSTILE, "--calls-log", str(tmp_path / "calls.jsonl")]
+    argv = [
+        sys.executable,
+        "-c",
+        CLI,
+        "mcp-proxy",
+        sys.executable,
+        *HOSTILE,
+        "--calls-log",
+        str(tmp_path / "calls.jsonl"),
+    ]
 
     async def call(client):
         return (await client.call_tool("echo", {"text": "hi"})).content[0].text

@@ -105,8 +105,10 @@ def _assert_checked(outcome: list, calls_log: Path) -> None:
     assert refused.is_error is True and "missing_required_parameter" in refused.content[0].text
     assert text == "bring an umbrella"
     executed = [json.loads(line) for line in calls_log.read_text().splitlines()]
-    assert executed == [{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
-                        {"name": "get_weather", "arguments": {"city": "Oslo", "days": 3}}]
+    assert executed == [
+        {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
+        {"name": "get_weather", "arguments": {"city": "Oslo", "days": 3}},
+    ]
 
 
 def test_a_stdio_client_reaches_a_remote_server_over_http_through_the_checks(tmp_path):
@@ -120,8 +122,9 @@ def test_a_stdio_client_reaches_a_remote_server_over_http_through_the_checks(tmp
 def test_http_clients_reach_a_stdio_server_through_the_checks(tmp_path):
     calls_log = tmp_path / "calls.jsonl"
     port = _free_port()
-    with _running(_proxy("--listen", f"127.0.0.1:{port}", "--", sys.executable, str(SERVER)), port,
-                  _env(calls_log)) as proxy:
+    with _running(
+        _proxy("--listen", f"127.0.0.1:{port}", "--", sys.executable, str(SERVER)), port, _env(calls_log)
+    ) as proxy:
         outcome = _session(f"http://127.0.0.1:{port}/mcp")
     assert proxy.returncode == 128 + signal.SIGTERM
     _assert_checked(outcome, calls_log)
@@ -130,8 +133,10 @@ def test_http_clients_reach_a_stdio_server_through_the_checks(tmp_path):
 def test_http_clients_reach_a_remote_http_server_through_the_checks(tmp_path):
     calls_log = tmp_path / "calls.jsonl"
     port = _free_port()
-    with _weather_over_http(calls_log) as url, \
-            _running(_proxy("--listen", f"127.0.0.1:{port}", "--url", url), port, _env(calls_log), signal.SIGINT) as proxy:
+    with (
+        _weather_over_http(calls_log) as url,
+        _running(_proxy("--listen", f"127.0.0.1:{port}", "--url", url), port, _env(calls_log), signal.SIGINT) as proxy,
+    ):
         outcome = _session(f"http://127.0.0.1:{port}/mcp")
     assert proxy.returncode == 128 + signal.SIGINT
     _assert_checked(outcome, calls_log)
@@ -140,15 +145,40 @@ def test_http_clients_reach_a_remote_http_server_through_the_checks(tmp_path):
 def test_only_an_initialize_from_a_local_page_opens_a_session_and_starts_a_server(tmp_path):
     pid_file = tmp_path / "server.pid"
     port = _free_port()
-    argv = _proxy("--listen", f"127.0.0.1:{port}", "--", sys.executable, "-m", "reflection.testing.hostile_mcp",
-                  "--lifetime", "60", "--calls-log", str(tmp_path / "calls.jsonl"), "--pid-file", str(pid_file))
+    argv = _proxy(
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--",
+        sys.executable,
+        "-m",
+        "reflection.testing.hostile_mcp",
+        "--lifetime",
+        "60",
+        "--calls-log",
+        str(tmp_path / "calls.jsonl"),
+        "--pid-file",
+        str(pid_file),
+    )
     accept = {"accept": "application/json, text/event-stream"}
-    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                  "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}},
+    }
     with _running(argv, port, _env(tmp_path / "unused.jsonl")):
         url = f"http://127.0.0.1:{port}/mcp"
-        not_initialize = httpx.post(url, timeout=30, headers=accept, json={
-            "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "?"}}})
+        not_initialize = httpx.post(
+            url,
+            timeout=30,
+            headers=accept,
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": "?"}},
+            },
+        )
         # A web page on another host that resolves to 127.0.0.1 (DNS rebinding), and one that says where it is from.
         rebound = httpx.post(url, timeout=30, headers=accept | {"host": f"evil.example:{port}"}, json=initialize)
         cross_origin = httpx.post(url, timeout=30, headers=accept | {"origin": "https://evil.example"}, json=initialize)
@@ -159,7 +189,13 @@ def test_only_an_initialize_from_a_local_page_opens_a_session_and_starts_a_serve
 
 
 def test_listen_refuses_an_address_beyond_loopback(tmp_path):
-    done = subprocess.run(_proxy("--listen", "0.0.0.0:8931", "--", sys.executable, str(SERVER)), check=False,
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        _proxy("--listen", "0.0.0.0:8931", "--", sys.executable, str(SERVER)),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 2
     assert "no authentication" in done.stderr and "refusing 0.0.0.0" in done.stderr

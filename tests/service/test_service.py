@@ -45,9 +45,16 @@ def upstream():
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory, upstream):
-    config = {"service": {"api_keys": KEYS, "max_body_bytes": MAX_BODY, "max_in_flight": MAX_IN_FLIGHT,
-                          "max_in_flight_per_key": MAX_IN_FLIGHT, "deadline_seconds": DEADLINE},
-              "upstream": {"base_url": upstream.base_url}}
+    config = {
+        "service": {
+            "api_keys": KEYS,
+            "max_body_bytes": MAX_BODY,
+            "max_in_flight": MAX_IN_FLIGHT,
+            "max_in_flight_per_key": MAX_IN_FLIGHT,
+            "deadline_seconds": DEADLINE,
+        },
+        "upstream": {"base_url": upstream.base_url},
+    }
     server = ServiceProcess(tmp_path_factory.mktemp("service"), config).start()
     yield server
     server.stop()
@@ -84,8 +91,9 @@ def test_reflect_returns_exactly_the_rows_reflection_check_writes(client, tmp_pa
             assert response.status_code == 422 and response.json()["detail"] == want["error"]
             continue
         assert response.status_code == 200, response.text
-        assert {k: v for k, v in response.json().items() if k != "latency_ms"} == \
-            {k: v for k, v in want.items() if k != "latency_ms"}
+        assert {k: v for k, v in response.json().items() if k != "latency_ms"} == {
+            k: v for k, v in want.items() if k != "latency_ms"
+        }
         compared += 1
     assert compared >= 10
 
@@ -102,14 +110,21 @@ def test_check_runs_the_static_stage_only(client):
 
 
 def test_check_answers_one_result_per_parallel_call(client):
-    calls = [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_wheather", "arguments": {"city": "Oslo"}}]
+    calls = [
+        {"name": "get_weather", "arguments": {"city": "Paris"}},
+        {"name": "get_wheather", "arguments": {"city": "Oslo"}},
+    ]
     row = client.post("/v1/check", json={"id": "p", "tool_calls": calls, "tools": TOOLS}).json()
     assert [r["overall_valid"] for r in row["results"]] == [True, False]
     assert row["overall_valid"] is False
 
 
 def test_gate_decides_modify_with_the_correction_in_the_callers_shape(client):
-    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": "2"}'}}
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": "2"}'},
+    }
     response = client.post("/v1/gate", json=_row(call))
     decision = response.json()
     assert response.status_code == 200
@@ -120,32 +135,54 @@ def test_gate_decides_modify_with_the_correction_in_the_callers_shape(client):
 
 
 def test_gate_reflects_a_hallucinated_tool_with_feedback(client):
-    decision = client.post("/v1/gate", json=_row({"name": "get_forecast_for_city", "arguments": {"city": "Paris"}})).json()
+    decision = client.post(
+        "/v1/gate", json=_row({"name": "get_forecast_for_city", "arguments": {"city": "Paris"}})
+    ).json()
     assert decision["action"] == "reflect"
     assert "get_forecast_for_city" in decision["feedback"] and "non_existent_function" in decision["feedback"]
 
 
 def test_gate_answers_one_decision_per_parallel_call(client):
-    calls = [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_weather", "arguments": {"town": "Oslo"}}]
+    calls = [
+        {"name": "get_weather", "arguments": {"city": "Paris"}},
+        {"name": "get_weather", "arguments": {"town": "Oslo"}},
+    ]
     body = client.post("/v1/gate", json={"id": "p", "tool_calls": calls, "tools": TOOLS}).json()
     assert body["id"] == "p"
     assert [d["action"] for d in body["decisions"]] == ["allow", "reflect"]
 
 
 # LiteLLM's documented Generic Guardrail API request (docs: adding_provider/generic_guardrail_api).
-LITELLM_TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Get the current weather",
-    "parameters": {"type": "object", "properties": {"location": {"type": "string"}}}}}]
+LITELLM_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather",
+            "parameters": {"type": "object", "properties": {"location": {"type": "string"}}},
+        },
+    }
+]
 LITELLM_REQUEST = {
     "texts": ["extracted text from the request"],
     "images": [],
     "tools": LITELLM_TOOLS,
-    "tool_calls": [{"id": "call_abc123", "type": "function",
-                    "function": {"name": "get_weather", "arguments": "{\"location\": \"San Francisco\"}"}}],
-    "structured_messages": [{"role": "system", "content": "You are a helpful assistant"},
-                            {"role": "user", "content": "Hello"}],
-    "request_data": {"user_api_key_hash": "hash of the litellm virtual key used",
-                     "user_api_key_alias": "alias", "user_api_key_team_id": "team"},
+    "tool_calls": [
+        {
+            "id": "call_abc123",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"location": "San Francisco"}'},
+        }
+    ],
+    "structured_messages": [
+        {"role": "system", "content": "You are a helpful assistant"},
+        {"role": "user", "content": "Hello"},
+    ],
+    "request_data": {
+        "user_api_key_hash": "hash of the litellm virtual key used",
+        "user_api_key_alias": "alias",
+        "user_api_key_team_id": "team",
+    },
     "input_type": "request",
     "litellm_call_id": "unique_call_id",
     "litellm_trace_id": "trace_id",
@@ -162,8 +199,16 @@ def test_litellm_guardrail_allows_the_documented_example(client):
 
 
 def test_litellm_guardrail_blocks_a_bad_call_with_the_feedback(client):
-    bad = {**LITELLM_REQUEST, "tool_calls": [{"id": "call_abc123", "type": "function",
-                                              "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}
+    bad = {
+        **LITELLM_REQUEST,
+        "tool_calls": [
+            {
+                "id": "call_abc123",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    }
     answer = client.post("/beta/litellm_basic_guardrail_api", json=bad).json()
     assert answer["action"] == "BLOCKED"
     assert "city" in answer["blocked_reason"] and "non_existent_parameter" in answer["blocked_reason"]
@@ -172,9 +217,13 @@ def test_litellm_guardrail_blocks_a_bad_call_with_the_feedback(client):
 
 
 def test_litellm_guardrail_takes_tools_from_the_config_params_for_responses(client):
-    response_type = {"texts": [], "input_type": "response", "request_data": {},
-                     "tool_calls": LITELLM_REQUEST["tool_calls"],
-                     "additional_provider_specific_params": {"tools": LITELLM_TOOLS}}
+    response_type = {
+        "texts": [],
+        "input_type": "response",
+        "request_data": {},
+        "tool_calls": LITELLM_REQUEST["tool_calls"],
+        "additional_provider_specific_params": {"tools": LITELLM_TOOLS},
+    }
     assert client.post("/beta/litellm_basic_guardrail_api", json=response_type).json()["action"] == "NONE"
     without = {**response_type, "additional_provider_specific_params": {}}
     answer = client.post("/beta/litellm_basic_guardrail_api", json=without).json()
@@ -264,14 +313,18 @@ def test_requests_over_the_in_flight_limit_get_503_with_retry_after(service):
     results: list[int] = []
 
     def call() -> None:
-        results.append(httpx.post(service.url + "/v1/chat/completions", json=slow, headers=AUTH, timeout=10).status_code)
+        results.append(
+            httpx.post(service.url + "/v1/chat/completions", json=slow, headers=AUTH, timeout=10).status_code
+        )
 
     threads = [threading.Thread(target=call) for _ in range(MAX_IN_FLIGHT)]
     for thread in threads:
         thread.start()
     wait_in_flight(service.url, MAX_IN_FLIGHT)
     other_key = {"Authorization": f"Bearer {KEYS[1]}"}
-    refused = httpx.post(service.url + "/v1/check", json=_row({"name": "get_weather", "arguments": {}}), headers=other_key)
+    refused = httpx.post(
+        service.url + "/v1/check", json=_row({"name": "get_weather", "arguments": {}}), headers=other_key
+    )
     for thread in threads:
         thread.join()
     assert refused.status_code == 503
@@ -309,8 +362,11 @@ def test_metrics_count_requests_decisions_and_latency(client):
 
 def test_one_json_log_line_per_request_with_its_id_and_no_key_or_body(client, service):
     secret_value = "do-not-log-this-argument-value"
-    response = client.post("/v1/check", json=_row({"name": "get_weather", "arguments": {"city": secret_value}}),
-                           headers={"X-Request-Id": "test-request-42"})
+    response = client.post(
+        "/v1/check",
+        json=_row({"name": "get_weather", "arguments": {"city": secret_value}}),
+        headers={"X-Request-Id": "test-request-42"},
+    )
     assert response.headers["x-request-id"] == "test-request-42"
     deadline = time.monotonic() + 5
     while "test-request-42" not in service.log() and time.monotonic() < deadline:
@@ -318,8 +374,17 @@ def test_one_json_log_line_per_request_with_its_id_and_no_key_or_body(client, se
     lines = [json.loads(line) for line in service.log().splitlines() if "test-request-42" in line]
     assert len(lines) == 1
     assert lines[0] | {"ts": None, "duration_ms": None} == {
-        "ts": None, "duration_ms": None, "level": "info", "logger": "reflection.service", "msg": "request",
-        "request_id": "test-request-42", "method": "POST", "route": "/v1/check", "status": 200, "client": "127.0.0.1"}
+        "ts": None,
+        "duration_ms": None,
+        "level": "info",
+        "logger": "reflection.service",
+        "msg": "request",
+        "request_id": "test-request-42",
+        "method": "POST",
+        "route": "/v1/check",
+        "status": 200,
+        "client": "127.0.0.1",
+    }
     log = service.log()
     assert secret_value not in log
     assert not any(key in log for key in KEYS)
@@ -327,8 +392,16 @@ def test_one_json_log_line_per_request_with_its_id_and_no_key_or_body(client, se
 
 def test_openapi_describes_every_route(service):
     paths = httpx.get(service.url + "/openapi.json").json()["paths"]
-    for route in ("/v1/reflect", "/v1/check", "/v1/gate", "/v1/chat/completions",
-                  "/beta/litellm_basic_guardrail_api", "/healthz", "/readyz", "/metrics"):
+    for route in (
+        "/v1/reflect",
+        "/v1/check",
+        "/v1/gate",
+        "/v1/chat/completions",
+        "/beta/litellm_basic_guardrail_api",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+    ):
         assert route in paths
     assert "call" in json.dumps(paths["/v1/reflect"]["post"]["requestBody"])
 
@@ -344,7 +417,9 @@ def _closed_port() -> int:
 
 def test_not_ready_and_502_when_the_judge_and_upstream_are_unreachable(tmp_path):
     dead = f"http://127.0.0.1:{_closed_port()}/v1"
-    server = ServiceProcess(tmp_path, {"judge": {"base_url": dead, "model": "m"}, "upstream": {"base_url": dead}}).start()
+    server = ServiceProcess(
+        tmp_path, {"judge": {"base_url": dead, "model": "m"}, "upstream": {"base_url": dead}}
+    ).start()
     try:
         response = httpx.get(server.url + "/readyz")
         assert response.status_code == 503
@@ -357,9 +432,23 @@ def test_not_ready_and_502_when_the_judge_and_upstream_are_unreachable(tmp_path)
 
 
 def test_serve_refuses_to_listen_beyond_loopback_without_keys(tmp_path):
-    command = [sys.executable, "-c", "from reflection.cli import app; app()", "serve", "--host", "0.0.0.0", "--port", "0"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=30,
-                          env={k: v for k, v in __import__("os").environ.items() if not k.startswith("REFLECTION_")})
+    command = [
+        sys.executable,
+        "-c",
+        "from reflection.cli import app; app()",
+        "serve",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "0",
+    ]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={k: v for k, v in __import__("os").environ.items() if not k.startswith("REFLECTION_")},
+    )
     assert done.returncode == 2
     assert "refusing --host 0.0.0.0" in done.stderr and "--insecure-no-auth" in done.stderr
 
@@ -367,8 +456,11 @@ def test_serve_refuses_to_listen_beyond_loopback_without_keys(tmp_path):
 def test_sigterm_drains_the_requests_in_flight(tmp_path, upstream):
     server = ServiceProcess(tmp_path, {"upstream": {"base_url": upstream.base_url}}).start()
     results: list[httpx.Response] = []
-    thread = threading.Thread(target=lambda: results.append(
-        httpx.post(server.url + "/v1/chat/completions", json={"model": "slow", "messages": HISTORY}, timeout=10)))
+    thread = threading.Thread(
+        target=lambda: results.append(
+            httpx.post(server.url + "/v1/chat/completions", json={"model": "slow", "messages": HISTORY}, timeout=10)
+        )
+    )
     thread.start()
     wait_in_flight(server.url, 1)
     server.terminate()
@@ -385,10 +477,16 @@ def test_several_workers_serve_and_report_metrics_together(tmp_path):
     server = ServiceProcess(tmp_path, {}, "--workers", "2").start()
     try:
         for _ in range(12):
-            response = httpx.post(server.url + "/v1/check", json=_row({"name": "get_weather", "arguments": {"city": "P"}}))
+            response = httpx.post(
+                server.url + "/v1/check", json=_row({"name": "get_weather", "arguments": {"city": "P"}})
+            )
             assert response.status_code == 200
         text = httpx.get(server.url + "/metrics").text
-        line = next(x for x in text.splitlines() if x.startswith('reflection_http_requests_total{route="/v1/check",status="200"}'))
+        line = next(
+            x
+            for x in text.splitlines()
+            if x.startswith('reflection_http_requests_total{route="/v1/check",status="200"}')
+        )
         assert float(line.split()[-1]) == 12.0
     finally:
         assert server.stop() in (0, -signal.SIGTERM)
@@ -400,8 +498,11 @@ def test_with_a_judge_reflect_runs_the_semantic_checks_and_metrics_count_its_req
     with StandInJudge(idle_timeout=60) as judge:
         server = ServiceProcess(tmp_path, {"judge": {"base_url": judge.base_url, "model": "stand-in"}}).start()
         try:
-            row = httpx.post(server.url + "/v1/reflect", timeout=30,
-                             json=_row({"name": "get_weather", "arguments": {"city": "Paris", "days": 2}})).json()
+            row = httpx.post(
+                server.url + "/v1/reflect",
+                timeout=30,
+                json=_row({"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}),
+            ).json()
             assert row["overall_valid"] is True and row["semantic_general_hallucination_check"] == 1.0
             assert row["usage"]["requests"] == 1
             assert httpx.get(server.url + "/readyz").json()["checks"]["judge"].startswith("reachable")

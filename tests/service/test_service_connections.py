@@ -39,10 +39,19 @@ def upstream():
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory, upstream):
-    config = {"service": {"api_keys": KEYS, "max_in_flight": 4, "header_timeout_seconds": HEADER_TIMEOUT,
-                          "body_timeout_seconds": BODY_TIMEOUT, "max_connections": MAX_CONNECTIONS,
-                          "max_header_bytes": 2048, "keep_alive_seconds": 1, "deadline_seconds": 10},
-              "upstream": {"base_url": upstream.base_url}}
+    config = {
+        "service": {
+            "api_keys": KEYS,
+            "max_in_flight": 4,
+            "header_timeout_seconds": HEADER_TIMEOUT,
+            "body_timeout_seconds": BODY_TIMEOUT,
+            "max_connections": MAX_CONNECTIONS,
+            "max_header_bytes": 2048,
+            "keep_alive_seconds": 1,
+            "deadline_seconds": 10,
+        },
+        "upstream": {"base_url": upstream.base_url},
+    }
     server = ServiceProcess(tmp_path_factory.mktemp("connections"), config).start()
     yield server
     server.stop()
@@ -64,8 +73,11 @@ def _read_all(sock: socket.socket) -> bytes:
 
 def _slow_gateway(url: str, headers: dict[str, str], results: list[int]) -> threading.Thread:
     def call() -> None:
-        results.append(httpx.post(url + "/v1/chat/completions", json={"model": "slow", "messages": HISTORY},
-                                  headers=headers, timeout=15).status_code)
+        results.append(
+            httpx.post(
+                url + "/v1/chat/completions", json={"model": "slow", "messages": HISTORY}, headers=headers, timeout=15
+            ).status_code
+        )
 
     thread = threading.Thread(target=call)
     thread.start()
@@ -115,8 +127,10 @@ def test_headers_over_the_size_limit_get_431(service, whole):
 def test_one_kept_alive_connection_serves_requests_for_longer_than_the_header_timeout(service):
     sock = _connect(service.url)
     body = json.dumps(ROW).encode()
-    request = (f"POST /v1/check HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEYS[0]}\r\n"
-               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+    request = (
+        f"POST /v1/check HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEYS[0]}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
     reader = sock.makefile("rb")
     started = time.monotonic()
     while time.monotonic() - started < HEADER_TIMEOUT * 2.5:
@@ -153,8 +167,10 @@ def _trickle(url: str, headers: dict[str, str], stop: threading.Event) -> socket
     """A request whose body arrives one byte at a time until `stop` (or the server closes)."""
     sock = _connect(url)
     auth = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    sock.sendall(f"POST /v1/check HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
-                 "Content-Length: 1000\r\n\r\n{".encode())
+    sock.sendall(
+        f"POST /v1/check HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
+        "Content-Length: 1000\r\n\r\n{".encode()
+    )
 
     def drip() -> None:
         while not stop.wait(0.1):
@@ -185,8 +201,11 @@ def test_bodies_still_arriving_take_no_in_flight_place(service):
     socks = [_trickle(service.url, A, stop) for _ in range(2)] + [_trickle(service.url, B, stop)]
     try:
         time.sleep(0.3)
-        in_flight = [line for line in httpx.get(service.url + "/metrics").text.splitlines()
-                     if line.startswith("reflection_http_in_flight ")]
+        in_flight = [
+            line
+            for line in httpx.get(service.url + "/metrics").text.splitlines()
+            if line.startswith("reflection_http_in_flight ")
+        ]
         assert in_flight == ["reflection_http_in_flight 0.0"]
         assert httpx.post(service.url + "/v1/check", json=ROW, headers=B, timeout=5).status_code == 200
     finally:
@@ -257,8 +276,10 @@ def test_with_two_workers_new_connections_during_the_drain_are_refused(tmp_path,
 
 def test_two_authorization_headers_are_refused_as_ambiguous_over_http(service):
     sock = _connect(service.url)
-    sock.sendall(f"POST /v1/check HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEYS[0]}\r\n"
-                 "Authorization: Bearer sk-upstream\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}".encode())
+    sock.sendall(
+        f"POST /v1/check HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEYS[0]}\r\n"
+        "Authorization: Bearer sk-upstream\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}".encode()
+    )
     answer = _read_all(sock)
     assert answer.startswith(b"HTTP/1.1 400 ")
     assert b"ambiguous credentials" in answer

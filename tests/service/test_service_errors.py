@@ -12,8 +12,11 @@ pytest.importorskip("fastapi")
 from reflection.config import ReflectionConfig  # noqa: E402
 from reflection.service import app as service_app  # noqa: E402
 
-ROW = {"id": "r", "call": {"name": "get_weather", "arguments": {"city": "Paris"}},
-       "tools": [{"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]}
+ROW = {
+    "id": "r",
+    "call": {"name": "get_weather", "arguments": {"city": "Paris"}},
+    "tools": [{"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+}
 
 
 def test_an_unexpected_error_in_a_route_is_a_json_500_with_the_request_id(monkeypatch):
@@ -30,7 +33,9 @@ def test_an_unexpected_error_in_a_route_is_a_json_500_with_the_request_id(monkey
     response = asyncio.run(post())
     assert response.status_code == 500
     assert response.headers["content-type"] == "application/json"
-    assert response.json() == {"detail": "internal error; the service log has it under this request id",
-                               "request_id": "req-42"}
+    assert response.json() == {
+        "detail": "internal error; the service log has it under this request id",
+        "request_id": "req-42",
+    }
     assert response.headers["x-request-id"] == "req-42"
     assert "secret-looking" not in response.text

@@ -22,8 +22,10 @@ KEY = "fuzz-key"
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory):
     with StandInModel(idle_timeout=120) as upstream:
-        config = {"service": {"api_keys": [KEY], "deadline_seconds": 20},
-                  "upstream": {"base_url": upstream.base_url, "max_reflect_rounds": 1}}
+        config = {
+            "service": {"api_keys": [KEY], "deadline_seconds": 20},
+            "upstream": {"base_url": upstream.base_url, "max_reflect_rounds": 1},
+        }
         server = ServiceProcess(tmp_path_factory.mktemp("fuzz"), config).start()
         yield server
         server.stop()
@@ -38,7 +40,10 @@ def test_no_generated_request_gets_a_server_error(fuzzed):
         @given(case=operation.as_strategy())
         @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         def fuzz(case):
-            case.call_and_validate(base_url=fuzzed.url, headers={"Authorization": f"Bearer {KEY}"},
-                                   checks=[schemathesis.checks.not_a_server_error])
+            case.call_and_validate(
+                base_url=fuzzed.url,
+                headers={"Authorization": f"Bearer {KEY}"},
+                checks=[schemathesis.checks.not_a_server_error],
+            )
 
         fuzz()

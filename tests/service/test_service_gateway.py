@@ -17,18 +17,28 @@ from reflection.testing.upstream import StandInModel  # noqa: E402
 
 pytestmark = pytest.mark.slow  # processes, servers or a browser: `pytest -m "not slow"` leaves them out
 
-VALID = {"content": "Let me look that up.", "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]}
+VALID = {
+    "content": "Let me look that up.",
+    "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}],
+}
 FIXABLE = {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": "2"}}]}
 HALLUCINATED = {"tool_calls": [{"name": "get_forecast_for_city", "arguments": {"city": "Paris"}}]}
 SCRIPT = {
     "valid": [VALID],
     "fixable": [FIXABLE],
-    "hallucinated": [HALLUCINATED, {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]}],
+    "hallucinated": [
+        HALLUCINATED,
+        {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]},
+    ],
     "stubborn": [HALLUCINATED],
     "gives-up": [HALLUCINATED, {"content": "Which city do you mean?"}],
-    "parallel": [{"tool_calls": [VALID["tool_calls"][0], HALLUCINATED["tool_calls"][0]]},
-                 {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]}],
-    "rate-limited": [{"status": 429, "error": {"message": "slow down", "type": "rate_limit"}, "headers": {"retry-after": "7"}}],
+    "parallel": [
+        {"tool_calls": [VALID["tool_calls"][0], HALLUCINATED["tool_calls"][0]]},
+        {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]},
+    ],
+    "rate-limited": [
+        {"status": 429, "error": {"message": "slow down", "type": "rate_limit"}, "headers": {"retry-after": "7"}}
+    ],
     "bad-request": [{"status": 400, "error": {"message": "messages is required", "type": "invalid_request_error"}}],
     "sets-cookie": [{"status": 400, "error": {"message": "no"}, "headers": {"set-cookie": "session=client-a; Path=/"}}],
     "long": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris" + " " * 1_800_000, "days": 2}}]}],
@@ -68,7 +78,9 @@ def _arguments(call) -> dict:
 def test_a_valid_call_passes_through(client):
     completion, headers = _create(client, "valid")
     message = completion.choices[0].message
-    assert [(c.function.name, _arguments(c)) for c in message.tool_calls] == [("get_weather", {"city": "Paris", "days": 2})]
+    assert [(c.function.name, _arguments(c)) for c in message.tool_calls] == [
+        ("get_weather", {"city": "Paris", "days": 2})
+    ]
     assert message.content == "Let me look that up."
     assert headers["x-reflection-actions"] == "allow" and headers["x-reflection-rounds"] == "0"
     assert completion.reflection["decisions"][0]["action"] == "allow"
@@ -86,7 +98,9 @@ def test_a_fixable_call_is_replaced_by_its_correction(client):
 def test_a_hallucinated_call_is_sent_back_with_feedback_and_the_new_call_used(client, upstream):
     completion, headers = _create(client, "hallucinated")
     message = completion.choices[0].message
-    assert [(c.function.name, _arguments(c)) for c in message.tool_calls] == [("get_weather", {"city": "Paris", "days": 2})]
+    assert [(c.function.name, _arguments(c)) for c in message.tool_calls] == [
+        ("get_weather", {"city": "Paris", "days": 2})
+    ]
     assert headers["x-reflection-actions"] == "allow" and headers["x-reflection-rounds"] == "1"
     assert [d["action"] for d in completion.reflection["decisions"]] == ["reflect", "allow"]
     reask = upstream.requests[-1]
@@ -119,14 +133,19 @@ def test_parallel_calls_are_gated_each_and_only_the_refused_one_is_asked_again(c
     completion, headers = _create(client, "parallel")
     calls = completion.choices[0].message.tool_calls
     assert [(c.function.name, _arguments(c)) for c in calls] == [
-        ("get_weather", {"city": "Paris", "days": 2}), ("get_weather", {"city": "Oslo"})]
+        ("get_weather", {"city": "Paris", "days": 2}),
+        ("get_weather", {"city": "Oslo"}),
+    ]
     assert headers["x-reflection-actions"] == "allow,allow"
 
 
 def test_requests_without_tools_pass_through_untouched(gateway, upstream):
     body = b'{"model": "plain",   "messages": [{"role": "user", "content": "hi"}], "temperature": 0.5}'
-    response = httpx.post(gateway.url + "/v1/chat/completions", content=body,
-                          headers={"content-type": "application/json", "authorization": "Bearer sk-client-key"})
+    response = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        content=body,
+        headers={"content-type": "application/json", "authorization": "Bearer sk-client-key"},
+    )
     assert response.status_code == 200
     assert upstream.raw_requests[-1] == body
     assert "reflection" not in response.json() and "x-reflection-actions" not in response.headers
@@ -165,8 +184,9 @@ def test_upstream_errors_reach_the_client_unchanged(client):
 
 def _stream(client, model):
     events = []
-    for chunk in client.chat.completions.create(model=model, messages=HISTORY, tools=TOOLS, stream=True,
-                                                stream_options={"include_usage": True}):
+    for chunk in client.chat.completions.create(
+        model=model, messages=HISTORY, tools=TOOLS, stream=True, stream_options={"include_usage": True}
+    ):
         if not chunk.choices:
             events.append(("usage", chunk.usage.total_tokens))
             continue
@@ -182,7 +202,11 @@ def _stream(client, model):
 
 def test_streamed_text_passes_and_a_valid_call_arrives_whole_after_it(client):
     assert _stream(client, "valid") == [
-        ("text", "Let"), ("text", " me"), ("text", " look"), ("text", " that"), ("text", " up."),
+        ("text", "Let"),
+        ("text", " me"),
+        ("text", " look"),
+        ("text", " that"),
+        ("text", " up."),
         ("call", 0, "get_weather", {"city": "Paris", "days": 2}),
         ("finish", "tool_calls", ["allow"]),
         ("usage", 30),
@@ -190,19 +214,24 @@ def test_streamed_text_passes_and_a_valid_call_arrives_whole_after_it(client):
 
 
 def test_a_streamed_fixable_call_arrives_corrected(client):
-    assert _stream(client, "fixable")[:2] == [("call", 0, "get_weather", {"city": "Paris", "days": 2}),
-                                             ("finish", "tool_calls", ["modify"])]
+    assert _stream(client, "fixable")[:2] == [
+        ("call", 0, "get_weather", {"city": "Paris", "days": 2}),
+        ("finish", "tool_calls", ["modify"]),
+    ]
 
 
 def test_a_streamed_hallucinated_call_is_replaced_by_the_reasked_one(client):
-    assert _stream(client, "hallucinated")[:2] == [("call", 0, "get_weather", {"city": "Paris", "days": 2}),
-                                                  ("finish", "tool_calls", ["allow"])]
+    assert _stream(client, "hallucinated")[:2] == [
+        ("call", 0, "get_weather", {"city": "Paris", "days": 2}),
+        ("finish", "tool_calls", ["allow"]),
+    ]
 
 
 def test_a_streamed_call_that_stays_refused_becomes_text(client):
     events = _stream(client, "stubborn")
-    assert events[0][0] == "text" and events[0][1] == ('The call to "get_forecast_for_city" was blocked by reflection '
-                                                   "(static checks failed: non_existent_function).")
+    assert events[0][0] == "text" and events[0][1] == (
+        'The call to "get_forecast_for_city" was blocked by reflection (static checks failed: non_existent_function).'
+    )
     assert events[1] == ("finish", "stop", ["deny"])
 
 

@@ -41,9 +41,20 @@ def app():
 @pytest.mark.parametrize("shape", ["tool_calls", "message"])
 def test_more_calls_than_the_cap_get_413_on_every_row_route(app, path, shape):
     calls = [CALL] * 4
-    body = ({"tool_calls": calls, "tools": TOOLS} if shape == "tool_calls" else
-            {"call": {"role": "assistant", "tool_calls": [{"type": "function", "function": {
-                "name": "get_weather", "arguments": '{"city": "Paris"}'}}] * 4}, "tools": TOOLS})
+    body = (
+        {"tool_calls": calls, "tools": TOOLS}
+        if shape == "tool_calls"
+        else {
+            "call": {
+                "role": "assistant",
+                "tool_calls": [
+                    {"type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+                ]
+                * 4,
+            },
+            "tools": TOOLS,
+        }
+    )
     response = _post(app, path, json=body)
     assert response.status_code == 413
     assert "4 tool calls" in response.json()["detail"] and "service.max_calls_per_request" in response.json()["detail"]
@@ -56,8 +67,12 @@ def test_calls_up_to_the_cap_are_checked(app, path):
 
 def test_the_guardrail_caps_calls_too(app):
     call = {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
-    assert _post(app, GUARDRAIL, json={"tool_calls": [call] * 3, "tools": [{"type": "function", "function": TOOLS[0]}]}
-                 ).json()["action"] == "NONE"
+    assert (
+        _post(
+            app, GUARDRAIL, json={"tool_calls": [call] * 3, "tools": [{"type": "function", "function": TOOLS[0]}]}
+        ).json()["action"]
+        == "NONE"
+    )
     response = _post(app, GUARDRAIL, json={"tool_calls": [call] * 4})
     assert response.status_code == 413 and "service.max_calls_per_request" in response.json()["detail"]
 
@@ -98,13 +113,21 @@ def test_string_integer_and_null_ids_are_kept(app, rid):
 
 
 def _middleware(app, **overrides):
-    options = {"api_keys": [], "max_body_bytes": 1024, "max_in_flight": 4, "deadline_seconds": 1.0,
-               "metrics": Metrics(), "routes": ["/x"], **overrides}
+    options = {
+        "api_keys": [],
+        "max_body_bytes": 1024,
+        "max_in_flight": 4,
+        "deadline_seconds": 1.0,
+        "metrics": Metrics(),
+        "routes": ["/x"],
+        **overrides,
+    }
     return ServiceMiddleware(app, **options)
 
 
-async def _drive(middleware, state: dict, chunks: list[tuple[bytes, float]],
-                 headers: list[tuple[bytes, bytes]] | None = None) -> list[dict]:
+async def _drive(
+    middleware, state: dict, chunks: list[tuple[bytes, float]], headers: list[tuple[bytes, bytes]] | None = None
+) -> list[dict]:
     """Run one request through `middleware` with the body in `chunks` (bytes, delay before it)."""
     sent: list[dict] = []
     queue = list(chunks)
@@ -146,7 +169,7 @@ def test_the_application_gets_the_whole_body_at_once_and_is_counted_only_then():
 
     middleware = _middleware(echo)
     state: dict = {}
-    sent = asyncio.run(_drive(middleware, state, [(b'{"a":', 0), (b' 1}', 0.05)]))
+    sent = asyncio.run(_drive(middleware, state, [(b'{"a":', 0), (b" 1}", 0.05)]))
     assert sent[0]["status"] == 200
     assert seen == {"in_flight": 1, "message": {"type": "http.request", "body": b'{"a": 1}', "more_body": False}}
     assert ARRIVED in state and middleware.in_flight == 0
@@ -167,11 +190,14 @@ async def _ok(scope, receive, send):
 
 
 @pytest.mark.parametrize("keys", [[KEY], []])
-@pytest.mark.parametrize("headers", [
-    [(b"authorization", f"Bearer {KEY}".encode()), (b"authorization", b"Bearer sk-upstream")],
-    [(b"authorization", b"Bearer sk-upstream"), (b"Authorization", f"Bearer {KEY}".encode())],
-    [(b"x-reflection-api-key", KEY.encode()), (b"x-reflection-api-key", b"other")],
-])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [(b"authorization", f"Bearer {KEY}".encode()), (b"authorization", b"Bearer sk-upstream")],
+        [(b"authorization", b"Bearer sk-upstream"), (b"Authorization", f"Bearer {KEY}".encode())],
+        [(b"x-reflection-api-key", KEY.encode()), (b"x-reflection-api-key", b"other")],
+    ],
+)
 def test_a_repeated_credential_header_is_refused_as_ambiguous(keys, headers):
     sent = asyncio.run(_drive(_middleware(_ok, api_keys=keys), {}, [(b"{}", 0)], headers))
     assert sent[0]["status"] == 400

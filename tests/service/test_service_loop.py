@@ -37,10 +37,12 @@ def model():
 @pytest.fixture(scope="module")
 def service(tmp_path_factory, model):
     with StandInJudge(idle_timeout=180) as judge:
-        config = {"judge": {"base_url": judge.base_url, "model": "stand-in"},
-                  "gate": {"judge_when": "ungrounded"},
-                  "service": {"api_keys": [KEY]},
-                  "upstream": {"base_url": model.base_url, "max_reflect_rounds": 2}}
+        config = {
+            "judge": {"base_url": judge.base_url, "model": "stand-in"},
+            "gate": {"judge_when": "ungrounded"},
+            "service": {"api_keys": [KEY]},
+            "upstream": {"base_url": model.base_url, "max_reflect_rounds": 2},
+        }
         server = ServiceProcess(tmp_path_factory.mktemp("loop"), config).start()
         yield server
         server.stop()
@@ -48,8 +50,12 @@ def service(tmp_path_factory, model):
 
 @pytest.fixture(scope="module")
 def client(service):
-    with openai.OpenAI(base_url=service.url + "/v1", api_key="sk-upstream", max_retries=0,
-                       default_headers={"x-reflection-api-key": KEY}) as c:
+    with openai.OpenAI(
+        base_url=service.url + "/v1",
+        api_key="sk-upstream",
+        max_retries=0,
+        default_headers={"x-reflection-api-key": KEY},
+    ) as c:
         yield c
 
 
@@ -68,24 +74,41 @@ def test_the_gateway_lets_the_corrected_call_through(client):
 
 
 def test_a_streamed_repeated_hallucination_is_refused_too(client):
-    names = [part.function.name for chunk in client.chat.completions.create(
-        model="stubborn", messages=QUESTION, tools=TOOLS, stream=True)
-        for choice in chunk.choices for part in choice.delta.tool_calls or [] if part.function.name]
+    names = [
+        part.function.name
+        for chunk in client.chat.completions.create(model="stubborn", messages=QUESTION, tools=TOOLS, stream=True)
+        for choice in chunk.choices
+        for part in choice.delta.tool_calls or []
+        if part.function.name
+    ]
     assert names == []
 
 
 def _guardrail(service, body, **headers):
-    return httpx.post(service.url + "/beta/litellm_basic_guardrail_api", json=body, timeout=30,
-                      headers=headers or {"x-reflection-api-key": KEY})
+    return httpx.post(
+        service.url + "/beta/litellm_basic_guardrail_api",
+        json=body,
+        timeout=30,
+        headers=headers or {"x-reflection-api-key": KEY},
+    )
 
 
-CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'}}
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'},
+}
 
 
 def test_post_call_without_a_conversation_does_not_call_every_value_a_hallucination(service):
     # What LiteLLM sends after the model answered: the calls, no messages, tools from the config.
-    body = {"texts": [], "tool_calls": [CALL], "input_type": "response", "request_data": {},
-            "additional_provider_specific_params": {"tools": TOOLS}}
+    body = {
+        "texts": [],
+        "tool_calls": [CALL],
+        "input_type": "response",
+        "request_data": {},
+        "additional_provider_specific_params": {"tools": TOOLS},
+    }
     answer = _guardrail(service, body).json()
     assert answer["action"] == "NONE", answer
     semantic = answer["reflection"]["decisions"][0]["result"]["semantic"]
@@ -95,7 +118,13 @@ def test_post_call_without_a_conversation_does_not_call_every_value_a_hallucinat
 
 def test_pre_call_with_the_conversation_still_catches_a_hallucination(service):
     tokyo = {**CALL, "function": {"name": "get_weather", "arguments": '{"city": "Tokyo", "days": 2}'}}
-    body = {"texts": [], "tools": TOOLS, "tool_calls": [tokyo], "structured_messages": QUESTION, "input_type": "request"}
+    body = {
+        "texts": [],
+        "tools": TOOLS,
+        "tool_calls": [tokyo],
+        "structured_messages": QUESTION,
+        "input_type": "request",
+    }
     answer = _guardrail(service, body).json()
     assert answer["action"] == "BLOCKED"
     assert answer["blocked_reason"].startswith('tool call "get_weather" (reflect)')

@@ -37,9 +37,17 @@ SUPPORT_KEY = "support-key-93c4d2e6bb"
 NOGATEWAY_KEY = "nogateway-key-1a2b3c4d5e"
 KEYS = (DEFAULT_KEY, OPS_KEY, SUPPORT_KEY, NOGATEWAY_KEY)
 
-DELETE_TOOLS = [*TOOLS, {"type": "function", "function": {
-    "name": "delete_record", "description": "Delete a customer record.",
-    "parameters": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}}}}]
+DELETE_TOOLS = [
+    *TOOLS,
+    {
+        "type": "function",
+        "function": {
+            "name": "delete_record",
+            "description": "Delete a customer record.",
+            "parameters": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}},
+        },
+    },
+]
 DELETE_HISTORY = [{"role": "user", "content": "Please clean up the stale customer records."}]
 DELETE_CALL = {"name": "delete_record", "arguments": {"id": "r-77"}}  # r-77 appears nowhere: the judge flags it
 SCRIPT = {
@@ -68,13 +76,17 @@ def service(tmp_path_factory, judges, upstreams):
             "api_keys": [DEFAULT_KEY],
             "max_in_flight_per_key": 1,
             "tenants": {
-                "ops": {"api_keys": [OPS_KEY],
-                        "judge": {"base_url": judges["ops"].base_url, "model": "judge-ops"},
-                        "gate": {"tools": [{"match": "delete_*", "checks": "skip"}]}},
-                "support": {"api_keys": [SUPPORT_KEY],
-                            "judge": {"base_url": judges["support"].base_url, "model": "judge-support"},
-                            "gate": {"on_invalid": "deny", "tools": [{"match": "delete_*", "risk": "high"}]},
-                            "upstream": {"base_url": upstreams["support"].base_url, "max_reflect_rounds": 0}},
+                "ops": {
+                    "api_keys": [OPS_KEY],
+                    "judge": {"base_url": judges["ops"].base_url, "model": "judge-ops"},
+                    "gate": {"tools": [{"match": "delete_*", "checks": "skip"}]},
+                },
+                "support": {
+                    "api_keys": [SUPPORT_KEY],
+                    "judge": {"base_url": judges["support"].base_url, "model": "judge-support"},
+                    "gate": {"on_invalid": "deny", "tools": [{"match": "delete_*", "risk": "high"}]},
+                    "upstream": {"base_url": upstreams["support"].base_url, "max_reflect_rounds": 0},
+                },
                 "nogateway": {"api_keys": [NOGATEWAY_KEY], "upstream": None},
             },
         },
@@ -84,15 +96,25 @@ def service(tmp_path_factory, judges, upstreams):
     server.stop()
 
 
-def _gate(service, key: str, call: dict, *, tools=DELETE_TOOLS, history=DELETE_HISTORY, **headers: str) -> httpx.Response:
-    return httpx.post(service.url + "/v1/gate", json={"id": "r1", "call": call, "tools": tools, "history": history},
-                      headers={"authorization": f"Bearer {key}", **headers}, timeout=30)
+def _gate(
+    service, key: str, call: dict, *, tools=DELETE_TOOLS, history=DELETE_HISTORY, **headers: str
+) -> httpx.Response:
+    return httpx.post(
+        service.url + "/v1/gate",
+        json={"id": "r1", "call": call, "tools": tools, "history": history},
+        headers={"authorization": f"Bearer {key}", **headers},
+        timeout=30,
+    )
 
 
 def _openai(service, key: str):
     # The model's key rides in Authorization (passed upstream); the tenant's key in X-Reflection-Api-Key.
-    return openai.OpenAI(base_url=service.url + "/v1", api_key="sk-model-key", max_retries=0,
-                         default_headers={"X-Reflection-Api-Key": key})
+    return openai.OpenAI(
+        base_url=service.url + "/v1",
+        api_key="sk-model-key",
+        max_retries=0,
+        default_headers={"X-Reflection-Api-Key": key},
+    )
 
 
 def _log_lines(service, request_id: str) -> list[dict]:
@@ -129,10 +151,12 @@ def test_an_unknown_key_is_refused(service):
 def test_through_the_gateway_each_tenant_gets_its_decision_and_its_own_upstream(service, upstreams):
     main_before, support_before = len(upstreams["main"].requests), len(upstreams["support"].requests)
     with _openai(service, OPS_KEY) as ops, _openai(service, SUPPORT_KEY) as support:
-        allowed = ops.chat.completions.with_raw_response.create(model="deletes", messages=DELETE_HISTORY,
-                                                                tools=DELETE_TOOLS)
-        denied = support.chat.completions.with_raw_response.create(model="deletes", messages=DELETE_HISTORY,
-                                                                   tools=DELETE_TOOLS)
+        allowed = ops.chat.completions.with_raw_response.create(
+            model="deletes", messages=DELETE_HISTORY, tools=DELETE_TOOLS
+        )
+        denied = support.chat.completions.with_raw_response.create(
+            model="deletes", messages=DELETE_HISTORY, tools=DELETE_TOOLS
+        )
     assert allowed.headers["x-reflection-actions"] == "allow"
     calls = allowed.parse().choices[0].message.tool_calls
     assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [("delete_record", {"id": "r-77"})]
@@ -150,23 +174,42 @@ def test_through_the_gateway_each_tenant_gets_its_decision_and_its_own_upstream(
 
 def test_a_streamed_reply_is_gated_with_the_tenants_policy(service):
     with _openai(service, SUPPORT_KEY) as support, _openai(service, OPS_KEY) as ops:
-        denied = list(support.chat.completions.create(model="deletes", messages=DELETE_HISTORY, tools=DELETE_TOOLS,
-                                                      stream=True))
-        allowed = list(ops.chat.completions.create(model="deletes", messages=DELETE_HISTORY, tools=DELETE_TOOLS,
-                                                   stream=True))
+        denied = list(
+            support.chat.completions.create(model="deletes", messages=DELETE_HISTORY, tools=DELETE_TOOLS, stream=True)
+        )
+        allowed = list(
+            ops.chat.completions.create(model="deletes", messages=DELETE_HISTORY, tools=DELETE_TOOLS, stream=True)
+        )
     assert not any(choice.delta.tool_calls for chunk in denied for choice in chunk.choices)
-    names = [call.function.name for chunk in allowed for choice in chunk.choices for call in choice.delta.tool_calls or ()
-             if call.function and call.function.name]
+    names = [
+        call.function.name
+        for chunk in allowed
+        for choice in chunk.choices
+        for call in choice.delta.tool_calls or ()
+        if call.function and call.function.name
+    ]
     assert names == ["delete_record"]
 
 
 def test_the_litellm_guardrail_uses_the_tenant_of_its_x_api_key(service):
-    body = {"input_type": "request", "tools": DELETE_TOOLS, "structured_messages": DELETE_HISTORY,
-            "tool_calls": [{"id": "c1", "type": "function",
-                            "function": {"name": "delete_record", "arguments": json.dumps(DELETE_CALL["arguments"])}}]}
-    answers = {name: httpx.post(service.url + "/beta/litellm_basic_guardrail_api", json=body, headers={"x-api-key": key},
-                                timeout=30).json()
-               for name, key in (("ops", OPS_KEY), ("support", SUPPORT_KEY))}
+    body = {
+        "input_type": "request",
+        "tools": DELETE_TOOLS,
+        "structured_messages": DELETE_HISTORY,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "delete_record", "arguments": json.dumps(DELETE_CALL["arguments"])},
+            }
+        ],
+    }
+    answers = {
+        name: httpx.post(
+            service.url + "/beta/litellm_basic_guardrail_api", json=body, headers={"x-api-key": key}, timeout=30
+        ).json()
+        for name, key in (("ops", OPS_KEY), ("support", SUPPORT_KEY))
+    }
     assert answers["ops"]["action"] == "NONE"
     assert answers["support"]["action"] == "BLOCKED" and answers["support"]["reflection"]["actions"] == ["deny"]
 
@@ -184,7 +227,11 @@ def test_each_tenants_judge_receives_only_its_tenants_requests(service, judges):
     def headers(key: str) -> dict[str, str]:
         return {"authorization": f"Bearer {key}"}
 
-    row = {"call": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}, "tools": TOOLS, "history": HISTORY}
+    row = {
+        "call": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
+        "tools": TOOLS,
+        "history": HISTORY,
+    }
     before = {name: judge.requests for name, judge in judges.items()}
     ops = httpx.post(service.url + "/v1/reflect", json={"id": "a", **row}, headers=headers(OPS_KEY), timeout=30)
     assert ops.status_code == 200 and ops.json()["usage"]["requests"] == 1
@@ -200,16 +247,29 @@ def test_each_tenants_judge_receives_only_its_tenants_requests(service, judges):
 def test_tenants_with_the_same_judge_share_it_but_never_a_cached_reply(tmp_path):
     with StandInJudge(idle_timeout=60) as judge:
         same = {"base_url": judge.base_url, "model": "shared"}
-        config = {"judge": same, "service": {"api_keys": [DEFAULT_KEY], "tenants": {
-            "ops": {"api_keys": [OPS_KEY], "judge": same}, "support": {"api_keys": [SUPPORT_KEY], "judge": same}}}}
+        config = {
+            "judge": same,
+            "service": {
+                "api_keys": [DEFAULT_KEY],
+                "tenants": {
+                    "ops": {"api_keys": [OPS_KEY], "judge": same},
+                    "support": {"api_keys": [SUPPORT_KEY], "judge": same},
+                },
+            },
+        }
         server = ServiceProcess(tmp_path, config).start()
         try:
-            row = {"id": "r", "call": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
-                   "tools": TOOLS, "history": HISTORY}
+            row = {
+                "id": "r",
+                "call": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
+                "tools": TOOLS,
+                "history": HISTORY,
+            }
             asked = []
             for key in (OPS_KEY, SUPPORT_KEY, DEFAULT_KEY, OPS_KEY):
-                response = httpx.post(server.url + "/v1/reflect", json=row, headers={"x-reflection-api-key": key},
-                                      timeout=30)
+                response = httpx.post(
+                    server.url + "/v1/reflect", json=row, headers={"x-reflection-api-key": key}, timeout=30
+                )
                 assert response.status_code == 200
                 asked.append(response.json()["usage"]["requests"])
             # A repeated call is free for the tenant that asked it first, and only for that one.
@@ -232,9 +292,16 @@ def test_readiness_probes_each_tenants_judge_and_upstream(service):
 
 def test_per_key_in_flight_shares_hold_across_tenants(service):
     results: list[int] = []
-    slow = threading.Thread(target=lambda: results.append(httpx.post(
-        service.url + "/v1/chat/completions", json={"model": "slow", "messages": HISTORY},
-        headers={"x-reflection-api-key": OPS_KEY}, timeout=30).status_code))
+    slow = threading.Thread(
+        target=lambda: results.append(
+            httpx.post(
+                service.url + "/v1/chat/completions",
+                json={"model": "slow", "messages": HISTORY},
+                headers={"x-reflection-api-key": OPS_KEY},
+                timeout=30,
+            ).status_code
+        )
+    )
     slow.start()
     try:
         wait_in_flight(service.url, 1)
@@ -288,35 +355,50 @@ def _write(tmp_path, config: dict):
 
 def test_serve_refuses_a_key_listed_in_two_tenants_without_showing_it(tmp_path):
     secret = "shared-key-7f3a9c2d1e"
-    path = _write(tmp_path, {"service": {"tenants": {"ops": {"api_keys": [secret]},
-                                                     "support": {"api_keys": ["other-key-1234", secret]}}}})
-    done = subprocess.run([sys.executable, "-c", "from reflection.cli import app; app()", "serve", "--config", str(path),
-                           "--port", "0"], capture_output=True, text=True, timeout=60, check=False)
+    path = _write(
+        tmp_path,
+        {"service": {"tenants": {"ops": {"api_keys": [secret]}, "support": {"api_keys": ["other-key-1234", secret]}}}},
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", "from reflection.cli import app; app()", "serve", "--config", str(path), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2
     assert "service.tenants.ops.api_keys" in done.stderr and "service.tenants.support.api_keys" in done.stderr
     assert "exactly one tenant" in done.stderr
     assert secret not in done.stderr + done.stdout
 
 
-@pytest.mark.parametrize(("service_config", "where"), [
-    ({"api_keys": ["k-1"], "tenants": {"ops": {"api_keys": ["k-1"]}}},
-     "in both service.api_keys and service.tenants.ops.api_keys"),
-    ({"tenants": {"ops": {"api_keys": ["k-1", "k-1"]}}}, "twice in service.tenants.ops.api_keys"),
-])
+@pytest.mark.parametrize(
+    ("service_config", "where"),
+    [
+        (
+            {"api_keys": ["k-1"], "tenants": {"ops": {"api_keys": ["k-1"]}}},
+            "in both service.api_keys and service.tenants.ops.api_keys",
+        ),
+        ({"tenants": {"ops": {"api_keys": ["k-1", "k-1"]}}}, "twice in service.tenants.ops.api_keys"),
+    ],
+)
 def test_a_key_listed_twice_is_a_config_error(tmp_path, service_config, where):
     with pytest.raises(ConfigError, match=where) as error:
         load_config(_write(tmp_path, {"service": service_config}))
     assert "k-1" not in str(error.value)
 
 
-@pytest.mark.parametrize(("tenant", "message"), [
-    ({"api_keys": []}, "service.tenants.ops.api_keys"),
-    ({"api_keys": ["k"], "gate": {"tools": [{"match": "x", "checks": "never"}]}}, "service.tenants.ops.gate"),
-    ({"api_keys": ["k"], "gate": {"on_invalid": "shrug"}}, "on_invalid"),
-    ({"api_keys": ["k"], "gate": {"default_rsk": "high"}}, "did you mean .default_risk."),
-    ({"api_keys": ["k"], "upstream": {"timeout": 5}}, "base_url is required"),
-    ({"api_keys": ["k"], "judge": {"modle": "m"}}, "did you mean 'model'"),
-])
+@pytest.mark.parametrize(
+    ("tenant", "message"),
+    [
+        ({"api_keys": []}, "service.tenants.ops.api_keys"),
+        ({"api_keys": ["k"], "gate": {"tools": [{"match": "x", "checks": "never"}]}}, "service.tenants.ops.gate"),
+        ({"api_keys": ["k"], "gate": {"on_invalid": "shrug"}}, "on_invalid"),
+        ({"api_keys": ["k"], "gate": {"default_rsk": "high"}}, "did you mean .default_risk."),
+        ({"api_keys": ["k"], "upstream": {"timeout": 5}}, "base_url is required"),
+        ({"api_keys": ["k"], "judge": {"modle": "m"}}, "did you mean 'model'"),
+    ],
+)
 def test_a_tenant_that_cannot_be_served_is_a_config_error(tmp_path, tenant, message):
     with pytest.raises(ConfigError, match=message):
         load_config(_write(tmp_path, {"service": {"tenants": {"ops": tenant}}}))
@@ -332,16 +414,37 @@ def test_a_tenant_changes_only_what_it_names():
     config = ReflectionConfig(
         judge={"base_url": "http://judge.example/v1", "model": "top"},
         upstream={"base_url": "http://model.example/v1", "max_reflect_rounds": 3},
-        gate={"default_risk": "high", "on_judge_failure": {"low": "deny"}, "tools": [{"match": "a_*", "checks": "skip"}]},
-        service={"tenants": {
-            "ops": {"api_keys": ["k1"], "gate": {"on_judge_failure": {"high": "escalate"}}, "upstream": {"timeout": 5}},
-            "static": {"api_keys": ["k2"], "judge": None, "gate": {"tools": [{"match": "b_*", "checks": "static"}]}},
-        }})
+        gate={
+            "default_risk": "high",
+            "on_judge_failure": {"low": "deny"},
+            "tools": [{"match": "a_*", "checks": "skip"}],
+        },
+        service={
+            "tenants": {
+                "ops": {
+                    "api_keys": ["k1"],
+                    "gate": {"on_judge_failure": {"high": "escalate"}},
+                    "upstream": {"timeout": 5},
+                },
+                "static": {
+                    "api_keys": ["k2"],
+                    "judge": None,
+                    "gate": {"tools": [{"match": "b_*", "checks": "static"}]},
+                },
+            }
+        },
+    )
     ops = config.service.tenants["ops"].resolve("ops", config)
-    assert ops.gate.on_judge_failure == {"low": "deny", "high": "escalate"}  # merged tier by tier: no surprise fail-open
+    assert ops.gate.on_judge_failure == {
+        "low": "deny",
+        "high": "escalate",
+    }  # merged tier by tier: no surprise fail-open
     assert ops.gate.default_risk == "high" and [r.match for r in ops.gate.tools] == ["a_*"]
-    assert (ops.upstream.base_url, ops.upstream.timeout, ops.upstream.max_reflect_rounds) == \
-        ("http://model.example/v1", 5, 3)
+    assert (ops.upstream.base_url, ops.upstream.timeout, ops.upstream.max_reflect_rounds) == (
+        "http://model.example/v1",
+        5,
+        3,
+    )
     assert ops.judge == config.judge
     static = config.service.tenants["static"].resolve("static", config)
     assert static.judge is None and [r.match for r in static.gate.tools] == ["b_*"]  # rules replace, not add
