@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from reflection._lazy import lazy_attributes
+from reflection._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from reflection.batch import reflect_dataset
@@ -127,8 +128,6 @@ _HOMES = {
     "check_call": "reflection.static",
     "check_calls": "reflection.static",
 }
-
-__version__ = "0.1.0"
 
 __all__ = [
     "SEMANTIC_CHECKS",

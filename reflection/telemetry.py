@@ -147,7 +147,7 @@ def _get_tracer() -> Any | None:
         # decision in context switching, so make none. Checked per call: a provider may be set later.
         return None
     if _tracer is None:
-        from reflection import __version__
+        from reflection._version import __version__
 
         _tracer = _trace.get_tracer("reflection", __version__, tracer_provider=_provider)
     return _tracer

@@ -63,7 +63,7 @@ def test_the_wheel_is_toolcall_reflection_with_its_license_typing_marker_and_met
     names = wheel.namelist()
     metadata = email.message_from_bytes(wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA"))))
     assert metadata["Name"] == "toolcall-reflection"  # `reflection` on the package index is another project
-    assert metadata["Version"] == reflection.__version__  # one source: reflection/__init__.py
+    assert metadata["Version"] == reflection.__version__  # one source: reflection/_version.py
     assert metadata["License-Expression"] == "Apache-2.0"
     assert "reflection/py.typed" in names
     license_text = wheel.read(next(n for n in names if n.endswith(".dist-info/licenses/LICENSE"))).decode()

@@ -4,8 +4,6 @@ each other without a circle."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -222,58 +220,3 @@ def test_plain_data_and_models_give_the_same_line(call, flat):
 
     models = anyio.run(reflect)
     assert line_of(results.output_row("r", plain, flat_only=flat)) == line_of(result_row("r", models, flat_only=flat))
-
-
-# --- no import circle in the core ----------------------------------------------------------------------
-
-PACKAGE = Path(model.__file__).parent
-CORE = ("gate", "judge", "pipeline", "semantic", "telemetry", "verdict")
-
-
-def _imports(name: str) -> set[str]:
-    """Every `reflection.*` module the module or package `name` imports, at any depth of its code
-    (functions and `if TYPE_CHECKING:` blocks included)."""
-    files = [PACKAGE / f"{name}.py"] if (PACKAGE / f"{name}.py").exists() else sorted((PACKAGE / name).rglob("*.py"))
-    found: set[str] = set()
-    for path in files:
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("reflection"):
-                found.add(node.module)
-                if node.module == "reflection":
-                    found.update(f"reflection.{alias.name}" for alias in node.names)
-            elif isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names if alias.name.startswith("reflection."))
-    return found
-
-
-def test_the_core_modules_import_each_other_without_a_circle():
-    edges = {
-        name: {
-            other
-            for other in CORE
-            if other != name
-            and any(m == f"reflection.{other}" or m.startswith(f"reflection.{other}.") for m in _imports(name))
-        }
-        for name in CORE
-    }
-    done: set[str] = set()
-
-    def visit(name: str, path: tuple[str, ...]) -> None:
-        assert name not in path, f"import circle: {' -> '.join((*path[path.index(name) :], name))}"
-        if name in done:
-            return
-        for other in edges[name]:
-            visit(other, (*path, name))
-        done.add(name)
-
-    for name in CORE:
-        visit(name, ())
-
-
-def test_telemetry_imports_only_the_base_layer():
-    allowed = {"reflection", "reflection.__version__", "reflection._json", "reflection._lru", "reflection.errors"}
-    assert _imports("telemetry") <= allowed, _imports("telemetry") - allowed
-
-
-def test_the_contract_imports_nothing_of_the_project():
-    assert _imports("results") == set()
