@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
+import anyio.lowlevel
 import httpx
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
@@ -21,8 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reflection._json import dumps, parse_json
 from reflection.config import DEFAULT_TENANT, ReflectionConfig
 from reflection.formats import count_calls
-from reflection.pipeline import Reflector
+from reflection.model import ReflectionResult
+from reflection.pipeline import YIELD_EVERY, Reflector
 from reflection.pipeline import check_static as check_call  # the name /v1/check's one library call goes by
+from reflection.results import ResultData, output_row
 from reflection.rows import InputRow, RowError, parse_line, read_row, result_row
 from reflection.service import _guardrail
 from reflection.service._metrics import CONTENT_TYPE_LATEST, Metrics, TenantMetrics
@@ -196,6 +199,26 @@ def _json(content: Any, status: int = 200, headers: Mapping[str, str] | None = N
     return Response(dumps(content), status_code=status, media_type="application/json", headers=headers)
 
 
+async def _dumped(models: list[Any]) -> list[Any]:
+    """`model_dump(mode="json")` of each model (results, decisions), returning to the event loop
+    every `YIELD_EVERY`: a 1,024-call answer takes tens of milliseconds to dump, and the other
+    clients are answered between its slices, not after it."""
+    dumped = []
+    for i, model in enumerate(models):
+        dumped.append(model.model_dump(mode="json"))
+        if i % YIELD_EVERY == YIELD_EVERY - 1:
+            await anyio.lowlevel.checkpoint()
+    return dumped
+
+
+async def _result_row(rid: str, results: ReflectionResult | list[ReflectionResult], latency_ms: float) -> Response:
+    """`rows.result_row` as a response; several results are dumped in slices (`_dumped`)."""
+    if isinstance(results, ReflectionResult):
+        return _json(result_row(rid, results, latency_ms=latency_ms))
+    dumped: list[ResultData] = await _dumped(results)
+    return _json(output_row(rid, dumped, latency_ms=latency_ms))
+
+
 def create_app(config: ReflectionConfig | None = None) -> Any:
     """The service as an ASGI application for `config` (default: `ReflectionConfig()`, which reads
     `REFLECTION_*`). Routes: `/v1/reflect`, `/v1/check`, `/v1/gate`, the LiteLLM guardrail
@@ -302,7 +325,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
             raise HTTPException(422, f"row {row.id}: cannot be reflected: {type(exc).__name__}: {exc}") from None
         items = results if isinstance(results, list) else [results]
         tenant.metrics.observe_results(items)
-        return _json(result_row(row.id, results, latency_ms=(time.perf_counter() - started) * 1000))
+        return await _result_row(row.id, results, (time.perf_counter() - started) * 1000)
 
     @app.post("/v1/check", tags=["reflection"], openapi_extra=_ROW_BODY, response_model=ResultRow)
     async def check_route(request: Request) -> Response:
@@ -314,7 +337,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         except (TypeError, ValueError) as exc:
             raise HTTPException(422, f"row {row.id}: cannot be checked: {type(exc).__name__}: {exc}") from None
         state.tenant(request).metrics.observe_results(results if isinstance(results, list) else [results])
-        return _json(result_row(row.id, results, latency_ms=(time.perf_counter() - started) * 1000))
+        return await _result_row(row.id, results, (time.perf_counter() - started) * 1000)
 
     @app.post("/v1/gate", tags=["reflection"], openapi_extra=_ROW_BODY, response_model=DecisionOut)
     async def gate_route(request: Request) -> Response:
@@ -333,8 +356,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         actions = ",".join(d.action for d in decisions)
         if isinstance(decided, list):
             return _json(
-                {"id": row.id, "decisions": [d.model_dump(mode="json") for d in decisions]},
-                headers={"x-reflection-actions": actions},
+                {"id": row.id, "decisions": await _dumped(decisions)}, headers={"x-reflection-actions": actions}
             )
         return _json({"id": row.id, **decided.model_dump(mode="json")}, headers={"x-reflection-actions": actions})
 

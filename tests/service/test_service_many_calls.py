@@ -1,0 +1,92 @@
+"""A request with many calls: the answer is the one the library gives, built in slices so the
+service answers its other clients between them (issue 22: a 1,024-call request)."""
+
+from __future__ import annotations
+
+import anyio
+import httpx
+import pytest
+
+pytest.importorskip("fastapi")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from reflection import Gate, Reflector, ReflectionConfig  # noqa: E402
+from reflection.pipeline import check_static  # noqa: E402
+from reflection.rows import result_row  # noqa: E402
+from reflection.service import app as service_app  # noqa: E402
+
+TOOLS = [
+    {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
+            "required": ["city"],
+        },
+    }
+]
+HISTORY = [{"role": "user", "content": "The weather in Paris for the next 3 days, please."}]
+# Valid calls, wrong types, missing and unknown arguments: every kind of result in one answer.
+CALLS = [
+    {"name": "get_weather", "arguments": args}
+    for args in [{"city": "Paris", "days": 3}, {"city": "Paris", "days": "3"}, {"days": 3}, {"city": "Paris", "x": 1}]
+    * 20
+]
+ROW = {"id": "many", "call": CALLS, "tools": TOOLS, "history": HISTORY}
+
+
+def _post(path: str) -> httpx.Response:
+    # The service as it runs (its lifespan builds each tenant's reflector and gate), in process.
+    with TestClient(service_app.create_app(ReflectionConfig())) as client:
+        return client.post(path, json=ROW)
+
+
+def _without_latency(value: object) -> object:
+    # Latencies are measured, so they differ run to run; everything else is the same bytes' JSON.
+    if isinstance(value, dict):
+        return {key: _without_latency(item) for key, item in value.items() if key != "latency_ms"}
+    if isinstance(value, list):
+        return [_without_latency(item) for item in value]
+    return value
+
+
+def test_many_calls_on_check_get_the_row_the_library_gives():
+    answer = _post("/v1/check")
+    assert answer.status_code == 200
+    expected = result_row("many", check_static(CALLS, TOOLS, judge_skipped=service_app.STATIC_ONLY))
+    assert _without_latency(answer.json()) == _without_latency(anyio.run(lambda: _roundtrip(expected)))
+    assert [r["overall_valid"] for r in answer.json()["results"]] == [True, False, False, False] * 20
+
+
+def test_many_calls_on_reflect_get_the_row_the_library_gives():
+    answer = _post("/v1/reflect")
+
+    async def reflect() -> dict:
+        async with Reflector() as reflector:
+            return result_row("many", await reflector.reflect(CALLS, TOOLS, HISTORY))
+
+    assert answer.status_code == 200
+    assert _without_latency(answer.json()) == _without_latency(anyio.run(lambda: _roundtrip_async(reflect)))
+
+
+def test_many_calls_on_gate_get_one_decision_each_in_order():
+    answer = _post("/v1/gate")
+
+    async def decide() -> list[dict]:
+        decisions = await Gate(ReflectionConfig()).check(CALLS, TOOLS, HISTORY)
+        return [d.model_dump(mode="json") for d in decisions]
+
+    assert answer.status_code == 200
+    assert _without_latency(answer.json()) == {"id": "many", "decisions": _without_latency(anyio.run(decide))}
+    assert answer.headers["x-reflection-actions"] == ",".join(["allow", "modify", "reflect", "reflect"] * 20)
+
+
+async def _roundtrip(row: dict) -> dict:
+    from reflection._json import dumps, parse_json
+
+    return parse_json(dumps(row))
+
+
+async def _roundtrip_async(make) -> dict:
+    return await _roundtrip(await make())
