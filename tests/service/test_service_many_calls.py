@@ -12,6 +12,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from reflection import Gate, Reflector, ReflectionConfig  # noqa: E402
+from reflection._json import dumps  # noqa: E402
 from reflection.pipeline import check_static  # noqa: E402
 from reflection.rows import result_row  # noqa: E402
 from reflection.service import app as service_app  # noqa: E402
@@ -80,6 +81,8 @@ def test_many_calls_on_gate_get_one_decision_each_in_order():
     assert answer.status_code == 200
     assert _without_latency(answer.json()) == {"id": "many", "decisions": _without_latency(anyio.run(decide))}
     assert answer.headers["x-reflection-actions"] == ",".join(["allow", "modify", "reflect", "reflect"] * 20)
+    # Written decision by decision, it is still the compact JSON the service writes everywhere.
+    assert answer.content == dumps(answer.json()).encode()
 
 
 async def _roundtrip(row: dict) -> dict:
