@@ -50,6 +50,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from reflection._gc import CACHE_HEAVY_THRESHOLD
 from reflection._lru import LRU
 from reflection.batch._static import item_of, static_line
 from reflection.batch.inputs import jsonl_row
@@ -96,12 +97,8 @@ def default_workers() -> int:
     return max(1, min(cores, MAX_DEFAULT_WORKERS))
 
 
-STATIC_GC_THRESHOLD = (10_000, 50, 1_000)
-"""The cyclic collector's thresholds while rows are reflected without a judge. A static run
-allocates millions of short-lived containers that form no cycles (parsed rows, results) while
-its caches hold hundreds of thousands of long-lived ones, which every full collection walks
-again: with the default (700, 10, 10), collection took a tenth of the CPU of `reflection check`
-on bench_static's mixed corpus. Young collections still run, so cycles are still freed."""
+STATIC_GC_THRESHOLD = CACHE_HEAVY_THRESHOLD
+"""The cyclic collector's thresholds while rows are reflected without a judge (`reflection._gc`)."""
 
 
 @contextmanager

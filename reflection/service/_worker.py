@@ -8,10 +8,11 @@ imports the CLI.
 
 from __future__ import annotations
 
-import gc
 import os
 from pathlib import Path
 from typing import Any
+
+from reflection._gc import settle_long_lived
 
 __all__ = ["APP_FACTORY", "CONFIG_ENV", "GUARDED_PROTOCOL", "app_from_env", "guarded_protocol"]
 
@@ -38,11 +39,9 @@ def app_from_env() -> Any:
         from reflection.service import _connections
 
         _connections.configure(cfg.service, getattr(app, "metrics", None))
-    # Everything a worker holds from here on (modules, the app, its schemas) lives as long as the
-    # process: out of the cyclic collector's sight, a full collection walks only what requests
-    # left behind. Without it, the full collections a 1,024-call request sets off walked it all:
-    # 25-30 ms in one block, every other client waiting (bench_attack.py's 1024-calls arm).
-    gc.freeze()
+    # A worker serves from here on: what it holds leaves the collector's sight, and full
+    # collections come seldom (a large request set off 25-30 ms ones, every other client waiting).
+    settle_long_lived()
     return app
 
 
