@@ -120,3 +120,38 @@ def test_the_command_prints_its_version():
         [sys.executable, "-m", "reflection.cli", "--version"], capture_output=True, text=True, check=True
     )
     assert done.stdout == f"reflection {reflection.__version__} (toolcall-reflection)\n"
+
+
+# The packages only the extras bring (and what those bring with them), imported only by the
+# modules of those extras: the service, MCP, the framework hooks, plots, text metrics, telemetry,
+# Parquet and Ray, the pytest plugin and its HTTP mock.
+OPTIONAL_IMPORTS = {
+    "agents", "aiohttp", "fastapi", "httptools", "langchain", "langchain_core", "langgraph", "matplotlib", "mcp",
+    "mcp_types", "nltk", "opentelemetry", "prometheus_client", "pyarrow", "pydantic_ai", "pytest", "ray", "respx",
+    "rouge_score", "starlette", "uvicorn",
+}  # fmt: skip
+
+
+def test_every_package_the_core_imports_is_a_core_dependency():
+    # A package the code imports must be declared, not reached through another's dependencies
+    # (sniffio came only through openai; when openai left the core, `pip install .` broke).
+    import ast
+    import importlib.metadata
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    core = {re.split(r"[\[<>=!~; ]", r, maxsplit=1)[0].lower().replace("_", "-") for r in project["dependencies"]}
+    distributions = importlib.metadata.packages_distributions()
+    imported = set()
+    for path in (ROOT / "reflection").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imported.add(node.module.split(".")[0])
+    undeclared = {
+        module: sorted(distributions.get(module, [module]))
+        for module in sorted(imported - set(sys.stdlib_module_names) - OPTIONAL_IMPORTS - {"reflection"})
+        if not {d.lower().replace("_", "-") for d in distributions.get(module, [module])} & core
+    }
+    assert undeclared == {}
