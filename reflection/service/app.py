@@ -219,6 +219,24 @@ async def _result_row(rid: str, results: ReflectionResult | list[ReflectionResul
     return _json(output_row(rid, dumped, latency_ms=latency_ms))
 
 
+def _gateway_docs(request: str, answer: str, missing: str) -> dict[str, Any]:
+    """The OpenAPI description of a gateway route: what it takes (`request`), what it answers
+    (`answer`), and the 404 when its upstream is not configured (`missing`)."""
+    return {
+        "openapi_extra": {
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"type": "object", "description": request}}},
+            }
+        },
+        "responses": {
+            200: {"description": f"{answer} with a `reflection` field and X-Reflection-* headers."},
+            404: {"model": Problem, "description": missing},
+            502: {"model": Problem, "description": "The upstream could not be reached."},
+        },
+    }
+
+
 def create_app(config: ReflectionConfig | None = None) -> Any:
     """The service as an ASGI application for `config` (default: `ReflectionConfig()`, which reads
     `REFLECTION_*`). Routes: `/v1/reflect`, `/v1/check`, `/v1/gate`, the LiteLLM guardrail
@@ -384,24 +402,11 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
     @app.post(
         "/v1/chat/completions",
         tags=["gateway"],
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": {"type": "object", "description": "An OpenAI Chat Completions request."}
-                    }
-                },
-            }
-        },
-        responses={
-            200: {
-                "description": "The upstream's completion (or event stream) with a `reflection` "
-                "field and X-Reflection-* headers."
-            },
-            404: {"model": Problem, "description": "No upstream configured."},
-            502: {"model": Problem, "description": "The upstream could not be reached."},
-        },
+        **_gateway_docs(
+            "An OpenAI Chat Completions request.",
+            "The upstream's completion (or event stream)",
+            "No upstream configured.",
+        ),
     )
     async def chat_completions(request: Request) -> Response:
         """OpenAI-compatible gateway: forwards to `upstream.base_url` and gates every tool call in
@@ -416,24 +421,9 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
     @app.post(
         "/v1/responses",
         tags=["gateway"],
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": {"type": "object", "description": "An OpenAI Responses API request."}
-                    }
-                },
-            }
-        },
-        responses={
-            200: {
-                "description": "The upstream's response (or event stream) with a `reflection` "
-                "field and X-Reflection-* headers."
-            },
-            404: {"model": Problem, "description": "No upstream configured."},
-            502: {"model": Problem, "description": "The upstream could not be reached."},
-        },
+        **_gateway_docs(
+            "An OpenAI Responses API request.", "The upstream's response (or event stream)", "No upstream configured."
+        ),
     )
     async def responses(request: Request) -> Response:
         """OpenAI Responses API gateway: forwards to `{upstream.base_url}/responses` and gates every
@@ -446,22 +436,11 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
     @app.post(
         "/v1/messages",
         tags=["gateway"],
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {"schema": {"type": "object", "description": "An Anthropic Messages request."}}
-                },
-            }
-        },
-        responses={
-            200: {
-                "description": "The upstream's message (or event stream) with a `reflection` "
-                "field and X-Reflection-* headers."
-            },
-            404: {"model": Problem, "description": "No Anthropic upstream configured."},
-            502: {"model": Problem, "description": "The upstream could not be reached."},
-        },
+        **_gateway_docs(
+            "An Anthropic Messages request.",
+            "The upstream's message (or event stream)",
+            "No Anthropic upstream configured.",
+        ),
     )
     async def messages(request: Request) -> Response:
         """Anthropic Messages gateway: forwards to `{upstream.anthropic_base_url}/messages` and gates
