@@ -22,18 +22,18 @@ import time
 from typing import Any, Final
 
 import anyio
-import anyio.lowlevel
 import httpx
 from pydantic import BaseModel, ConfigDict
 
 from reflection import telemetry
 from reflection._own_words import remember
+from reflection._slices import Slices
 from reflection._text import shorten
 from reflection.config import GateAction, GatePolicy, ReflectionConfig, RiskTier, ToolRule
 from reflection.formats import express_call, is_parallel, normalize_calls, normalize_history, normalize_tools, raw_calls
 from reflection.judge import Judge, JudgeError, JudgeFatalError, MemoryJudgeCache, build_judge
 from reflection.model import History, JudgeUsage, ReflectionResult, ToolCall, ToolInventory, ValueGrounding
-from reflection.pipeline import NO_JUDGE, STATIC_FAILED, YIELD_EVERY, Reflector, assessable, siblings
+from reflection.pipeline import NO_JUDGE, STATIC_FAILED, Reflector, assessable, siblings
 from reflection.verdict import overall_valid
 
 __all__ = ["Decision", "Gate", "GatePolicy", "MemoryJudgeCache", "ToolRule"]
@@ -154,10 +154,10 @@ class Gate:
             # Nothing to wait for side by side: one pass, linear in the number of calls, that lets
             # the event loop serve other requests between slices of a large turn.
             decided = []
+            slices = Slices()
             for i in range(len(calls)):
                 decided.append(await self._decide(raws[i], group, i, inventory, conversation, started))
-                if i % YIELD_EVERY == YIELD_EVERY - 1:
-                    await anyio.lowlevel.checkpoint()
+                await slices.tick()
             return decided
         decisions: list[Decision | None] = [None] * len(calls)
 

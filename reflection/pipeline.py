@@ -7,10 +7,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.lowlevel
 import sniffio
 
 from reflection import telemetry
+from reflection._slices import Slices
 from reflection.config import ReflectionConfig
 from reflection.formats import is_parallel, normalize_calls, normalize_history, normalize_tools
 from reflection.grounding import ground
@@ -38,10 +38,6 @@ __all__ = ["STATIC_ONLY", "Reflector", "check_static", "core_data", "reflect", "
 NO_JUDGE = "no judge configured: static checks and grounding only"
 STATIC_FAILED = "the static stage failed (set continue_on_static to run the judge anyway)"
 
-
-YIELD_EVERY = 16
-"""Calls decided between two returns to the event loop in a large turn: a service serving a
-1,024-call request still answers its other clients between slices of a few milliseconds."""
 
 _SIBLINGS = 16
 """Other calls of the same turn shown to the judge with each call: enough to see a plan, and
@@ -101,10 +97,10 @@ class Reflector:
             return await self._reflect_one(calls[0], inventory, conversation, ())
         if self.judge is None or not self.config.checks or len(calls) == 1:  # one pass, no tasks
             results_in_order = []
+            slices = Slices()  # a large turn shares the event loop
             for i, one in enumerate(calls):
                 results_in_order.append(await self._reflect_one(one, inventory, conversation, siblings(calls, i)))
-                if i % YIELD_EVERY == YIELD_EVERY - 1:  # a large turn shares the event loop
-                    await anyio.lowlevel.checkpoint()
+                await slices.tick()
             return results_in_order
         results: list[ReflectionResult | None] = [None] * len(calls)
 

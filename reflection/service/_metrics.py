@@ -108,9 +108,9 @@ class Metrics:
         """Count one reflection's judge traffic (default tenant)."""
         self.default.observe_usage(usage)
 
-    def observe_results(self, results: list[ReflectionResult]) -> None:
-        """Count reflected calls and their judge traffic (default tenant)."""
-        self.default.observe_results(results)
+    def observe_result(self, result: ReflectionResult) -> None:
+        """Count one reflected call and its judge traffic (default tenant)."""
+        self.default.observe_result(result)
 
     def observe_decision(self, decision: Any) -> None:
         """Count one gate decision, its latency and its judge traffic (default tenant)."""
@@ -149,7 +149,7 @@ def _bound(metric: Any, prefix: Sequence[str]) -> Any:
 
 class TenantMetrics:
     """One tenant's view of `Metrics`, with the same methods and attributes the routes, the
-    gateway and the guardrail use (`observe_decision`, `observe_results`, `observe_usage`,
+    gateway and the guardrail use (`observe_decision`, `observe_result`, `observe_usage`,
     `upstream`, `upstream_latency`), each counting under the tenant's label."""
 
     def __init__(self, metrics: Metrics, prefix: tuple[str, ...]):
@@ -174,15 +174,14 @@ class TenantMetrics:
             if usage.cost_usd is not None:  # unknown price: the counter stays a sum of known costs
                 self.judge_cost.inc(usage.cost_usd)
 
-    def observe_results(self, results: list[ReflectionResult]) -> None:
-        """Count reflected calls and their judge traffic."""
-        for result in results:
-            self.reflections.labels(str(result.overall_valid).lower()).inc()
-            self.observe_usage(result.usage)
+    def observe_result(self, result: ReflectionResult) -> None:
+        """Count one reflected call and its judge traffic."""
+        self.reflections.labels(str(result.overall_valid).lower()).inc()
+        self.observe_usage(result.usage)
 
     def observe_decision(self, decision: Any) -> None:
         """Count one gate decision, its latency and its judge traffic."""
         self.decisions.labels(decision.action, decision.shadow_action or "").inc()
         self.decision_latency.observe(decision.latency_ms / 1000)
         if decision.result is not None:
-            self.observe_results([decision.result])
+            self.observe_result(decision.result)

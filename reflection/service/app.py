@@ -15,17 +15,19 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 import anyio.lowlevel
 import httpx
+import msgspec
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reflection._json import dumps, parse_json
+from reflection._slices import Slices
 from reflection.config import DEFAULT_TENANT, ReflectionConfig
-from reflection.formats import count_calls
+from reflection.formats import count_calls, is_parallel, normalize_calls, normalize_tools
 from reflection.model import ReflectionResult
-from reflection.pipeline import YIELD_EVERY, Reflector
+from reflection.pipeline import Reflector
 from reflection.pipeline import check_static as check_call  # the name /v1/check's one library call goes by
-from reflection.results import ResultData, output_row
+from reflection.results import output_row
 from reflection.rows import InputRow, RowError, parse_line, read_row, result_row
 from reflection.service import _guardrail
 from reflection.service._metrics import CONTENT_TYPE_LATEST, Metrics, TenantMetrics
@@ -140,14 +142,68 @@ class _State:
         return self.tenants[request.scope["state"][TENANT]]
 
 
-async def read_json(request: Request) -> Any:
+async def read_json(request: Request, max_calls: int) -> Any:
     """The request body as JSON (strict: NaN and trailing data are errors; big integers exact).
-    The `tools` member of an object body stays JSON text, as `reflection check` reads it."""
+    The `tools` member of an object body stays JSON text, as `reflection check` reads it. With
+    `max_calls`, a large body holding more calls than that is refused before it is parsed whole
+    (`_precount`), and the event loop gets a turn once it is parsed."""
+    return await _parsed(request, parse_line, max_calls)
+
+
+async def _parsed(request: Request, parse: Callable[[bytes], Any], max_calls: int, member: str | None = None) -> Any:
+    """`parse(body)`; a body over `_PRECOUNT_BYTES` is refused first if it holds more than
+    `max_calls` calls (`_precount`), and the event loop gets a turn after parsing it."""
     body = await request.body()  # over max_body_bytes: the middleware's 413 (an HTTPException)
+    large = max_calls > 0 and len(body) > _PRECOUNT_BYTES
+    if large:
+        _limit_calls(_precount(body, member), max_calls)
     try:
-        return parse_line(body)
+        parsed = parse(body)
     except ValueError as exc:
         raise HTTPException(400, f"the body is not valid JSON: {exc}") from None
+    if large:
+        await anyio.lowlevel.checkpoint()
+    return parsed
+
+
+_PRECOUNT_BYTES = 65536
+"""Bodies larger than this have their calls counted before they are parsed whole: parsing 10,000
+calls (700 KB) took 3-6 ms in one block, counting them without building them a fifth of that."""
+
+_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def _precount(body: bytes, member: str | None = None) -> int:
+    """`formats.count_calls` of the row's call (`call`, else `tool_calls`), or the length of the
+    array `member` (the guardrail's `tool_calls`), read from the JSON text without building the
+    calls. Never more than the parsed body holds (a duplicate key means its last value, as the
+    parser has it); a form it does not follow counts 0 or 1, and the parsed body's count then
+    decides. Invalid JSON counts 0: the parse says what is wrong."""
+
+    def first(raw: msgspec.Raw) -> bytes:
+        return bytes(raw).lstrip()[:1]
+
+    try:
+        row = _OBJECT.decode(body)
+        if member is not None:
+            items = row.get(member)
+            return len(_ARRAY.decode(items)) if items is not None and first(items) == b"[" else 0
+        call = row["call"] if "call" in row else row.get("tool_calls")
+        if call is None or first(call) not in (b"[", b"{"):
+            return 1
+        if first(call) == b"[":
+            return len(_ARRAY.decode(call))
+        message = _OBJECT.decode(call)
+        calls, content = message.get("tool_calls"), message.get("content")
+        if calls is not None and first(calls) == b"[":
+            return len(_ARRAY.decode(calls))
+        if content is not None and first(content) == b"[" and bytes(message.get("role", b"")) == b'"assistant"':
+            blocks = (_OBJECT.decode(block) for block in _ARRAY.decode(content) if first(block) == b"{")
+            return sum(1 for block in blocks if bytes(block.get("type", b"")) == b'"tool_use"')
+        return 1
+    except msgspec.DecodeError:
+        return 0
 
 
 def _read_row(raw: Any, max_calls: int) -> InputRow:
@@ -179,20 +235,17 @@ def _limit_calls(count: int, limit: int) -> None:
         )
 
 
-def _read_guardrail(body: bytes, max_calls: int) -> _guardrail.GuardrailRequest:
+async def _read_guardrail(request: Request, max_calls: int) -> _guardrail.GuardrailRequest:
     """LiteLLM's guardrail request, read as strictly as the other routes' bodies: NaN, Infinity,
     lone surrogates and trailing data are 400 (FastAPI's own reader would accept NaN, then fail to
     write its 422 about it)."""
+    raw = await _parsed(request, parse_json, max_calls, "tool_calls")
     try:
-        raw = parse_json(body)
-    except ValueError as exc:
-        raise HTTPException(400, f"the body is not valid JSON: {exc}") from None
-    try:
-        request = _guardrail.GuardrailRequest.model_validate(raw)
+        guardrail = _guardrail.GuardrailRequest.model_validate(raw)
     except ValidationError as exc:
         raise HTTPException(422, exc.errors(include_url=False, include_input=False, include_context=False)) from None
-    _limit_calls(len(request.tool_calls or ()), max_calls)
-    return request
+    _limit_calls(len(guardrail.tool_calls or ()), max_calls)
+    return guardrail
 
 
 def _json(content: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
@@ -200,23 +253,101 @@ def _json(content: Any, status: int = 200, headers: Mapping[str, str] | None = N
 
 
 async def _dumped(models: list[Any], write: Callable[[Any], Any] = lambda dumped: dumped) -> list[Any]:
-    """`write(model.model_dump(mode="json"))` for each model (results, decisions), returning to
-    the event loop every `YIELD_EVERY`: a 1,024-call answer takes tens of milliseconds to dump,
-    and the other clients are answered between its slices, not after it."""
+    """`write(model.model_dump(mode="json"))` for each model (results, decisions), in `Slices`:
+    a 1,024-call answer takes tens of milliseconds to dump, and the other clients are answered
+    between its slices, not after it."""
     dumped = []
-    for i, model in enumerate(models):
+    slices = Slices()
+    for model in models:
         dumped.append(write(model.model_dump(mode="json")))
-        if i % YIELD_EVERY == YIELD_EVERY - 1:
-            await anyio.lowlevel.checkpoint()
+        await slices.tick()
     return dumped
 
 
+def _piece(value: Any) -> bytes:
+    """`value` as a piece of a JSON answer (`_in_pieces`)."""
+    return dumps(value).encode()
+
+
+async def _checked(call: Any, tools: Any) -> ReflectionResult | list[ReflectionResult]:
+    """`pipeline.check_static` (the static stage only); a turn of several calls is checked call
+    by call in `Slices`: the same results, and the other clients are served between slices."""
+    if not is_parallel(call):
+        return check_call(call, tools, judge_skipped=STATIC_ONLY)
+    inventory = normalize_tools(tools)
+    results: list[ReflectionResult] = []
+    slices = Slices()
+    for one in normalize_calls(call):
+        results.extend(check_call([one], inventory, judge_skipped=STATIC_ONLY))  # type: ignore[arg-type]
+        await slices.tick()
+    return results
+
+
+async def _each(items: list[Any], do: Callable[[Any], Any]) -> None:
+    """`do(item)` for each item (counting results and decisions in the metrics), in `Slices`."""
+    slices = Slices()
+    for item in items:
+        do(item)
+        await slices.tick()
+
+
 async def _result_row(rid: str, results: ReflectionResult | list[ReflectionResult], latency_ms: float) -> Response:
-    """`rows.result_row` as a response; several results are dumped in slices (`_dumped`)."""
+    """`rows.result_row` as a response; several results are dumped and written in slices."""
     if isinstance(results, ReflectionResult):
         return _json(result_row(rid, results, latency_ms=latency_ms))
-    dumped: list[ResultData] = await _dumped(results)
-    return _json(output_row(rid, dumped, latency_ms=latency_ms))
+    row = output_row(rid, await _dumped(results), latency_ms=latency_ms)
+    return _in_pieces(row, "results", await _dumped_pieces(row.pop("results")))
+
+
+async def _dumped_pieces(items: list[Any]) -> list[bytes]:
+    """`_piece` of each item, in `Slices`; each item is let go once written."""
+    pieces = []
+    slices = Slices()
+    for i, item in enumerate(items):
+        pieces.append(_piece(item))
+        items[i] = None
+        await slices.tick()
+    return pieces
+
+
+def _in_pieces(
+    head: dict[str, Any], key: str, pieces: list[bytes], headers: Mapping[str, str] | None = None
+) -> Response:
+    """`_json({**head, key: [...]})` (`head` not empty, `key` not in it) with the list's items
+    already written (`pieces`), sent in messages of about `_Pieces.MESSAGE_BYTES`: a 1,024-call
+    answer is over a megabyte, and one dump, join and write of it held the event loop for
+    milliseconds."""
+    return _Pieces([f"{dumps(head)[:-1]},{dumps(key)}:[".encode(), *_commas(pieces), b"]}"], headers)
+
+
+def _commas(pieces: list[bytes]) -> list[bytes]:
+    return [piece if i == 0 else b"," + piece for i, piece in enumerate(pieces)]
+
+
+class _Pieces(Response):
+    """A JSON answer given as byte pieces, sent in messages of about `MESSAGE_BYTES` with the
+    event loop served between them (its length is known: it is sent with a content-length)."""
+
+    MESSAGE_BYTES = 65536
+    media_type = "application/json"
+
+    def __init__(self, parts: list[bytes], headers: Mapping[str, str] | None = None) -> None:
+        self.parts = parts
+        size = sum(len(part) for part in parts)
+        super().__init__(None, headers={**(headers or {}), "content-length": str(size)})
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        message: list[bytes] = []
+        size = 0
+        for part in self.parts:
+            message.append(part)
+            size += len(part)
+            if size >= self.MESSAGE_BYTES:
+                await send({"type": "http.response.body", "body": b"".join(message), "more_body": True})
+                await anyio.lowlevel.checkpoint()
+                message, size = [], 0
+        await send({"type": "http.response.body", "body": b"".join(message), "more_body": False})
 
 
 def _gateway_docs(request: str, answer: str, missing: str) -> dict[str, Any]:
@@ -333,7 +464,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
     async def reflect_route(request: Request) -> Response:
         """Reflect a row (static checks, grounding, the judge when configured) into the row
         `reflection check` writes for it."""
-        row = _read_row(await read_json(request), max_calls)
+        row = _read_row(await read_json(request, max_calls), max_calls)
         tenant = state.tenant(request)
         assert tenant.reflector is not None
         started = time.perf_counter()
@@ -341,27 +472,26 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
             results = await tenant.reflector.reflect(row.call, row.tools, row.history)
         except (TypeError, ValueError) as exc:
             raise HTTPException(422, f"row {row.id}: cannot be reflected: {type(exc).__name__}: {exc}") from None
-        items = results if isinstance(results, list) else [results]
-        tenant.metrics.observe_results(items)
+        await _each(results if isinstance(results, list) else [results], tenant.metrics.observe_result)
         return await _result_row(row.id, results, (time.perf_counter() - started) * 1000)
 
     @app.post("/v1/check", tags=["reflection"], openapi_extra=_ROW_BODY, response_model=ResultRow)
     async def check_route(request: Request) -> Response:
         """The static stage only (no grounding, no judge), as a row shaped like `/v1/reflect`'s."""
-        row = _read_row(await read_json(request), max_calls)
+        row = _read_row(await read_json(request, max_calls), max_calls)
         started = time.perf_counter()
         try:
-            results = check_call(row.call, row.tools, judge_skipped=STATIC_ONLY)
+            results = await _checked(row.call, row.tools)
         except (TypeError, ValueError) as exc:
             raise HTTPException(422, f"row {row.id}: cannot be checked: {type(exc).__name__}: {exc}") from None
-        state.tenant(request).metrics.observe_results(results if isinstance(results, list) else [results])
+        await _each(results if isinstance(results, list) else [results], state.tenant(request).metrics.observe_result)
         return await _result_row(row.id, results, (time.perf_counter() - started) * 1000)
 
     @app.post("/v1/gate", tags=["reflection"], openapi_extra=_ROW_BODY, response_model=DecisionOut)
     async def gate_route(request: Request) -> Response:
         """The gate's decision for the row's call (action, call, feedback, reason, result); for
         several calls, `{"id", "decisions": [...]}` in call order."""
-        row = _read_row(await read_json(request), max_calls)
+        row = _read_row(await read_json(request, max_calls), max_calls)
         tenant = state.tenant(request)
         assert tenant.gate is not None
         try:
@@ -369,13 +499,11 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         except (TypeError, ValueError) as exc:
             raise HTTPException(422, f"row {row.id}: cannot be gated: {type(exc).__name__}: {exc}") from None
         decisions = decided if isinstance(decided, list) else [decided]
-        for decision in decisions:
-            tenant.metrics.observe_decision(decision)
+        await _each(decisions, tenant.metrics.observe_decision)
         actions = ",".join(d.action for d in decisions)
         if isinstance(decided, list):
-            # `{"id", "decisions"}` as `_json` writes it, each decision written in its slice.
-            body = f'{{"id":{dumps(row.id)},"decisions":[{",".join(await _dumped(decisions, dumps))}]}}'
-            return Response(body, media_type="application/json", headers={"x-reflection-actions": actions})
+            headers = {"x-reflection-actions": actions}
+            return _in_pieces({"id": row.id}, "decisions", await _dumped(decisions, _piece), headers)
         return _json({"id": row.id, **decided.model_dump(mode="json")}, headers={"x-reflection-actions": actions})
 
     @app.post(
@@ -393,7 +521,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         """LiteLLM's Generic Guardrail API: every tool call in `tool_calls` is gated against `tools`
         with `structured_messages` as the conversation. Allowed: `NONE`; otherwise `BLOCKED`
         with the feedback as `blocked_reason`."""
-        body = _read_guardrail(await request.body(), max_calls)
+        body = await _read_guardrail(request, max_calls)
         tenant = state.tenant(request)
         assert tenant.gate is not None
         answer = await _guardrail.apply(tenant.gate, body, tenant.metrics, started=arrival(request.scope))

@@ -208,3 +208,89 @@ def test_one_credential_of_each_kind_is_not_ambiguous():
     headers = [(b"x-reflection-api-key", KEY.encode()), (b"authorization", b"Bearer sk-upstream")]
     sent = asyncio.run(_drive(_middleware(_ok, api_keys=[KEY]), {}, [(b"{}", 0)], headers))
     assert sent[0]["status"] == 200
+
+
+# --- large bodies: their calls counted before they are parsed whole -------------------------------
+
+_PAD = "x" * 70_000  # a body over the size whose calls are counted first (app._PRECOUNT_BYTES)
+_TOOL_CALL = {"type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+_TOOL_USE = {"type": "tool_use", "id": "t", "name": "get_weather", "input": {"city": "Paris"}}
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        {"tool_calls": [CALL] * 4},
+        {"call": [CALL] * 4},
+        {"call": {"role": "assistant", "tool_calls": [_TOOL_CALL] * 4}},
+        {"call": {"role": "assistant", "content": [{"type": "text", "text": "on it"}, *[_TOOL_USE] * 4]}},
+    ],
+    ids=["tool_calls", "list", "message", "anthropic"],
+)
+@pytest.mark.parametrize("path", ["/v1/check", "/v1/reflect", "/v1/gate"])
+def test_a_large_body_with_too_many_calls_is_refused_before_it_is_parsed(app, monkeypatch, path, row):
+    from reflection.service import app as service_app
+
+    def never(body: bytes) -> None:
+        raise AssertionError("parsed whole")
+
+    monkeypatch.setattr(service_app, "parse_line", never)
+    body = {**row, "tools": TOOLS, "history": [{"role": "user", "content": _PAD}]}
+    response = _post(app, path, json=body)
+    assert response.status_code == 413
+    assert "4 tool calls" in response.json()["detail"] and "service.max_calls_per_request" in response.json()["detail"]
+
+
+def test_a_large_guardrail_body_with_too_many_calls_is_refused_before_it_is_parsed(app, monkeypatch):
+    from reflection.service import app as service_app
+
+    def never(body: bytes) -> None:
+        raise AssertionError("parsed whole")
+
+    monkeypatch.setattr(service_app, "parse_json", never)
+    call = {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    response = _post(app, GUARDRAIL, json={"tool_calls": [call] * 4, "texts": [_PAD]})
+    assert response.status_code == 413 and "4 tool calls" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"tool_calls": [CALL] * 3},
+        {"call": {"role": "assistant", "tool_calls": [_TOOL_CALL] * 3}},
+        # Forms the count does not follow are parsed, and then counted: never refused by mistake.
+        {"call": {"role": "\\u0061ssistant", "content": [_TOOL_USE] * 3}},
+        {"call": {"name": "get_weather", "arguments": {"city": "Paris", "list": [1] * 10}}},
+    ],
+)
+@pytest.mark.parametrize("path", ["/v1/check", "/v1/gate"])
+def test_a_large_body_within_the_cap_is_checked(app, path, body):
+    response = _post(app, path, json={**body, "tools": TOOLS, "history": [{"role": "user", "content": _PAD}]})
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"call": [1, 2, 3, 4, 5], "call": {"name": "a"}}',  # the last of duplicate keys counts
+        b'{"call": null, "tool_calls": [1, 2, 3, 4, 5]}',  # `call` present: `tool_calls` is not read
+        b'{"call": {"role": "assistant", "role": "user", "content": [{"type": "tool_use"}, {"type": "tool_use"}]}}',
+        b'{"call": {"role": "assistant", "content": [{"type": "tool_use"}, {"type": "text"}, "x", [1], {"type": "tool_use"}]}}',
+        b'{"call": {"tool_calls": "not a list", "role": "assistant", "content": [{"type": "tool_use"}]}}',
+        b'{"call": "[1, 2, 3]"}',
+        b'{"call": [1, 2, 3], "tools": NaN}',
+        b'{"tool_calls": [1, 2, 3]} trailing',
+        b"[1, 2, 3]",
+    ],
+)
+def test_the_count_before_parsing_is_never_more_than_the_parsed_rows(text):
+    from reflection.formats import count_calls
+    from reflection.rows import RowError, parse_line, read_row
+    from reflection.service.app import _precount
+
+    try:
+        parsed = count_calls(read_row(parse_line(text), 1).call)
+    except (ValueError, RowError):
+        parsed = 0  # the parse (or the row) refuses it: the count must not claim calls
+    assert _precount(text) <= parsed
+    assert _precount(text) == parsed or parsed == 0

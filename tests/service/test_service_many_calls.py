@@ -93,3 +93,54 @@ async def _roundtrip(row: dict) -> dict:
 
 async def _roundtrip_async(make) -> dict:
     return await _roundtrip(await make())
+
+
+def test_many_calls_answers_are_compact_json_on_every_route():
+    for path in ("/v1/check", "/v1/reflect", "/v1/gate"):
+        answer = _post(path)
+        assert answer.content == dumps(answer.json()).encode(), path
+        assert int(answer.headers["content-length"]) == len(answer.content)
+
+
+@pytest.mark.parametrize("path", ["/v1/check", "/v1/reflect", "/v1/gate"])
+def test_a_large_request_hands_the_event_loop_back_while_it_is_served(path):
+    # Another task on the service's event loop counts its turns while a 1,024-call request is
+    # read, checked, dumped and written: in one block it would get none until the answer is done.
+    row = {**ROW, "call": (CALLS * 13)[:1024]}
+    turns = 0
+    stop = False
+
+    async def count() -> None:
+        nonlocal turns
+        while not stop:
+            turns += 1
+            await anyio.sleep(0)
+
+    with TestClient(service_app.create_app(ReflectionConfig())) as client:
+        assert client.portal is not None
+        counting = client.portal.start_task_soon(count)
+        before = turns
+        answer = client.post(path, json=row)
+        during = turns - before
+        stop = True
+        counting.result()
+    assert answer.status_code == 200
+    assert during >= 20, during
+
+
+def test_check_call_by_call_gives_the_library_row_for_every_kind_of_call():
+    # Checked one call at a time between slices, a turn still gets the library's results: calls
+    # in several shapes, unreadable arguments, unknown tools, no name, and a message form.
+    calls = [
+        {"type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+        {"type": "function", "function": {"name": "get_weather", "arguments": '{"city": '}},
+        {"type": "tool_use", "id": "t1", "name": "get_weathr", "input": {"city": "Paris"}},
+        {"name": "", "arguments": {}},
+        {"name": "get_weather", "arguments": {"city": "Paris", "days": 0}},
+    ]
+    for call in (calls, {"role": "assistant", "tool_calls": calls[:2]}):
+        with TestClient(service_app.create_app(ReflectionConfig())) as client:
+            answer = client.post("/v1/check", json={"id": "kinds", "call": call, "tools": TOOLS})
+        expected = result_row("kinds", check_static(call, TOOLS, judge_skipped=service_app.STATIC_ONLY))
+        assert answer.status_code == 200
+        assert _without_latency(answer.json()) == _without_latency(anyio.run(lambda: _roundtrip(expected)))
