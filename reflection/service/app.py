@@ -317,37 +317,34 @@ def _in_pieces(
     already written (`pieces`), sent in messages of about `_Pieces.MESSAGE_BYTES`: a 1,024-call
     answer is over a megabyte, and one dump, join and write of it held the event loop for
     milliseconds."""
-    return _Pieces([f"{dumps(head)[:-1]},{dumps(key)}:[".encode(), *_commas(pieces), b"]}"], headers)
-
-
-def _commas(pieces: list[bytes]) -> list[bytes]:
-    return [piece if i == 0 else b"," + piece for i, piece in enumerate(pieces)]
+    return _Pieces(f"{dumps(head)[:-1]},{dumps(key)}:[".encode(), pieces, b"]}", headers)
 
 
 class _Pieces(Response):
-    """A JSON answer given as byte pieces, sent in messages of about `MESSAGE_BYTES` with the
-    event loop served between them (its length is known: it is sent with a content-length)."""
+    """A JSON answer: `opening`, `items` separated by commas, `closing`; sent in messages of about
+    `MESSAGE_BYTES` with the event loop served between them (with a content-length)."""
 
     MESSAGE_BYTES = 65536
     media_type = "application/json"
 
-    def __init__(self, parts: list[bytes], headers: Mapping[str, str] | None = None) -> None:
-        self.parts = parts
-        size = sum(len(part) for part in parts)
+    def __init__(self, opening: bytes, items: list[bytes], closing: bytes, headers: Mapping[str, str] | None) -> None:
+        self.opening, self.items, self.closing = opening, items, closing
+        size = len(opening) + sum(len(item) for item in items) + max(0, len(items) - 1) + len(closing)
         super().__init__(None, headers={**(headers or {}), "content-length": str(size)})
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        message: list[bytes] = []
-        size = 0
-        for part in self.parts:
-            message.append(part)
-            size += len(part)
+        lead, batch, size = self.opening, [], 0
+        for item in self.items:
+            batch.append(item)
+            size += len(item)
             if size >= self.MESSAGE_BYTES:
-                await send({"type": "http.response.body", "body": b"".join(message), "more_body": True})
+                await send({"type": "http.response.body", "body": lead + b",".join(batch), "more_body": True})
                 await anyio.lowlevel.checkpoint()
-                message, size = [], 0
-        await send({"type": "http.response.body", "body": b"".join(message), "more_body": False})
+                lead, batch, size = b",", [], 0
+        if not batch:
+            lead = lead.rstrip(b",")
+        await send({"type": "http.response.body", "body": lead + b",".join(batch) + self.closing, "more_body": False})
 
 
 def _gateway_docs(request: str, answer: str, missing: str) -> dict[str, Any]:

@@ -144,3 +144,20 @@ def test_check_call_by_call_gives_the_library_row_for_every_kind_of_call():
         expected = result_row("kinds", check_static(call, TOOLS, judge_skipped=service_app.STATIC_ONLY))
         assert answer.status_code == 200
         assert _without_latency(answer.json()) == _without_latency(anyio.run(lambda: _roundtrip(expected)))
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 100, 3000])
+def test_an_answer_in_pieces_is_the_compact_json_of_the_whole(count):
+    # Items of every size around the message size, so messages end on and off item boundaries.
+    items = [{"n": i, "text": "x" * (i * 37 % 5000)} for i in range(count)]
+    response = service_app._in_pieces({"id": "p"}, "items", [dumps(item).encode() for item in items])
+    messages: list[dict] = []
+
+    async def send(message: dict) -> None:
+        messages.append(message)
+
+    anyio.run(response, {"type": "http"}, None, send)
+    body = b"".join(m["body"] for m in messages[1:])
+    assert body == dumps({"id": "p", "items": items}).encode()
+    assert dict(messages[0]["headers"])[b"content-length"] == str(len(body)).encode()
+    assert [m["more_body"] for m in messages[1:]] == [True] * (len(messages) - 2) + [False]
