@@ -19,6 +19,7 @@ import hmac
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -365,6 +366,7 @@ class ServiceMiddleware:
 _ID_BATCH = 4096
 _random = b""
 _random_at = 0
+_random_lock = threading.Lock()  # one id per request even where several threads serve
 _VERSION_4 = ~(0xF000 << 64 | 0xC000 << 48) & (1 << 128) - 1, 0x4000 << 64 | 0x8000 << 48
 
 
@@ -372,17 +374,19 @@ def _new_request_id() -> str:
     """`uuid.uuid4().hex` from the same random source (`os.urandom`), read 256 ids at a time: one
     system call per 256 requests instead of one per request."""
     global _random, _random_at
-    at = _random_at
-    if at >= len(_random):
-        _random, at = os.urandom(_ID_BATCH), 0
-    _random_at = at + 16
+    with _random_lock:
+        at = _random_at
+        if at >= len(_random):
+            _random, at = os.urandom(_ID_BATCH), 0
+        _random_at = at + 16
+        chunk = _random[at : at + 16]
     clear, version = _VERSION_4
-    return "%032x" % (int.from_bytes(_random[at : at + 16], "big") & clear | version)
+    return "%032x" % (int.from_bytes(chunk, "big") & clear | version)
 
 
 def _forget_random() -> None:
-    global _random
-    _random = b""  # a forked child must not hand out its parent's ids
+    global _random, _random_lock
+    _random, _random_lock = b"", threading.Lock()  # a forked child hands out its own ids
 
 
 os.register_at_fork(after_in_child=_forget_random)
