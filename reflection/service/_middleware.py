@@ -367,6 +367,7 @@ _ID_BATCH = 4096
 _random = b""
 _random_at = 0
 _random_lock = threading.Lock()  # one id per request even where several threads serve
+# The bits uuid.UUID(version=4) clears and sets in 128 random bits: version 4, RFC 4122 variant.
 _VERSION_4 = ~(0xF000 << 64 | 0xC000 << 48) & (1 << 128) - 1, 0x4000 << 64 | 0x8000 << 48
 
 
