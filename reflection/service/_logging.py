@@ -19,9 +19,15 @@ _EXTRA_FIELDS = ("request_id", "method", "route", "status", "duration_ms", "clie
 class JsonFormatter(logging.Formatter):
     """One JSON object per record: time, level, logger, message and the request fields set via `extra`."""
 
+    _second: tuple[int, str] = (-1, "")
+    """The last whole second formatted and its text: a busy worker logs many lines a second."""
+
     def format(self, record: logging.LogRecord) -> str:
+        second = int(record.created)
+        if self._second[0] != second:
+            self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
         line: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "ts": f"{self._second[1]}.{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),

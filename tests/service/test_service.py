@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -388,6 +389,16 @@ def test_one_json_log_line_per_request_with_its_id_and_no_key_or_body(client, se
     log = service.log()
     assert secret_value not in log
     assert not any(key in log for key in KEYS)
+
+
+def test_a_request_without_an_id_gets_a_fresh_uuid4(client):
+    ids = [
+        client.post("/v1/check", json=_row({"name": "get_weather", "arguments": {}})).headers["x-request-id"]
+        for _ in range(3)
+    ]
+    assert len(set(ids)) == 3
+    for request_id in ids:
+        assert uuid.UUID(hex=request_id).hex == request_id and uuid.UUID(hex=request_id).version == 4
 
 
 def test_openapi_describes_every_route(service):
