@@ -40,8 +40,13 @@ HOP_BY_HOP = frozenset(
         "content-length",
     }
 )
-# What the client gets from the gateway only: its own report, cookies, transport security and CORS.
-_GATEWAY_OWNED = frozenset({"set-cookie", "set-cookie2", "strict-transport-security", "alt-svc"})
+# A connection that broke before any answer (`ClientConnectorError`, also a `ClientOSError`, is one
+# that could not be made: "unreachable", not retried).
+_DROPPED = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+
+# What the client gets from the gateway only: its own report, cookies, transport security, CORS,
+# and the date (its server writes one on every answer; two would be one header with two dates).
+_GATEWAY_OWNED = frozenset({"set-cookie", "set-cookie2", "strict-transport-security", "alt-svc", "date"})
 
 
 class UpstreamClient:
@@ -90,7 +95,16 @@ class UpstreamClient:
         compressed), or the problem answer (504, 502) when it could not be had."""
         started = time.perf_counter()
         try:
-            response = await self.session.post(url, data=content, headers=headers, auto_decompress=decode)
+            try:
+                response = await self.session.post(url, data=content, headers=headers, auto_decompress=decode)
+            except _DROPPED as exc:
+                if isinstance(exc, aiohttp.ClientConnectorError):
+                    raise  # never connected: unreachable, not dropped
+                # Closed before it answered: most often a kept-alive connection the upstream had just
+                # timed out (uvicorn keeps one 5 s, the pool 15 s), so the request never reached it.
+                # Once more on a new connection, as the OpenAI and Anthropic SDKs retry a dropped
+                # connection; a model request runs no tool, so a rare repeat costs tokens only.
+                response = await self.session.post(url, data=content, headers=headers, auto_decompress=decode)
         except TimeoutError:  # aiohttp's connect and read timeouts are TimeoutErrors
             return self.failed(
                 "timeout", 504, f"the upstream model did not answer within {self.config.timeout:g} s (upstream.timeout)"
