@@ -141,6 +141,7 @@ class Gate:
         deadline counts from it, so time spent queueing counts too. Default: now."""
         if started is None:
             started = time.perf_counter()
+        slices = Slices()  # a large turn's normalisation counts toward its first slice
         calls = normalize_calls(call)
         inventory = normalize_tools(tools)
         conversation = normalize_history(history)
@@ -154,7 +155,6 @@ class Gate:
             # Nothing to wait for side by side: one pass, linear in the number of calls, that lets
             # the event loop serve other requests between slices of a large turn.
             decided = []
-            slices = Slices()
             for i in range(len(calls)):
                 decided.append(await self._decide(raws[i], group, i, inventory, conversation, started))
                 await slices.tick()

@@ -90,14 +90,14 @@ class Reflector:
     async def reflect(self, call: Any, tools: Any, history: Any = None) -> ReflectionResult | list[ReflectionResult]:
         """Reflect a proposed call. One call gives one `ReflectionResult`; several calls (a
         list, or an assistant message with `tool_calls`) give one result per call, in order."""
+        slices = Slices()  # a large turn's normalisation counts toward its first slice
         calls = normalize_calls(call)
         inventory = normalize_tools(tools)
         conversation = normalize_history(history)
         if not is_parallel(call):
             return await self._reflect_one(calls[0], inventory, conversation, ())
         if self.judge is None or not self.config.checks or len(calls) == 1:  # one pass, no tasks
-            results_in_order = []
-            slices = Slices()  # a large turn shares the event loop
+            results_in_order = []  # a large turn shares the event loop
             for i, one in enumerate(calls):
                 results_in_order.append(await self._reflect_one(one, inventory, conversation, siblings(calls, i)))
                 await slices.tick()
