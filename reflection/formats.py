@@ -188,12 +188,15 @@ def _inventory_of_specs(text: bytes) -> ToolInventory | None:
                 return None
             # A spec alone is as deep as in its list, less one level: a spec the list path finds
             # too deep is read spec by spec, and one that is sound alone normalises the same.
-            if not require_json_like(value, "tools") & SOUND:
+            shape = require_json_like(value, "tools")
+            if not shape & SOUND:
                 return None
             spec = _normalize_tool(value, 0)  # a ToolSpec does not depend on its index
             if not isinstance(spec, ToolSpec):
                 return None
-            vouch_json_like(spec.parameters)  # checked once here, not again for each list it is in
+            # Checked once here, not again for each list it is in: its parameters are made of
+            # parts of the spec and constants, so the spec's flags, when all set, are theirs.
+            vouch_json_like(spec.parameters, shape)
             _SPEC_TEXTS.put(item, spec)
         tools.append(spec)
     key = tuple(map(id, tools))  # the specs are kept alive by the entry: their ids stay theirs
