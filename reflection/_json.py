@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Collection, Container
+from collections.abc import Callable, Container
 from typing import Any
 
 import msgspec
@@ -85,9 +85,7 @@ def _exact(raw: bytes, orjson_error: str | None) -> Any:
 _MEMBERS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
-def parse_json_keeping(
-    text: bytes, keep: Container[str], deep: Container[str] = (), vouch: Collection[str] = ()
-) -> Any:
+def parse_json_keeping(text: bytes, keep: Container[str], deep: Container[str] = ()) -> Any:
     """`parse_json(text)`, except that the members of a top-level object named in `keep`
     stay unparsed, as their JSON text (bytes), and so do the members named in `deep` that
     nest deeper than the JSON parsers go (the code that reads them then reports it, and the
@@ -95,9 +93,6 @@ def parse_json_keeping(
 
     A dataset line repeats the same tool list row after row; left as bytes it is a cheap
     cache key (see `formats.normalize_tools`) instead of a kilobyte parsed every time.
-    The members named in `vouch` that parse to an object or array whose text proves it sound
-    are remembered as such (`_remember_parsed`): `require_json_like` answers for them without
-    a walk.
     Anything msgspec does not split as an object goes to `parse_json`, so the result and
     the error messages are exactly `parse_json`'s.
     """
@@ -111,17 +106,12 @@ def parse_json_keeping(
                 raise
             members = _split_members(text)
     try:
-        row = {key: bytes(raw) if key in keep else parse_json(raw) for key, raw in members.items()}
+        return {key: bytes(raw) if key in keep else parse_json(raw) for key, raw in members.items()}
     except JSONTooDeep:
         if not deep:
             raise
     except ValueError:  # a member orjson rejects: report it where it is in the whole text
         return parse_json(text)
-    else:
-        for key in vouch:
-            if key in row:
-                _remember_parsed(row[key], members[key])
-        return row
     try:  # a member too deep for the parsers: once more, keeping those named in `deep` as text
         return {
             key: bytes(raw) if key in keep or (key in deep and _too_deep_member(raw)) else parse_json(raw)
@@ -129,28 +119,6 @@ def parse_json_keeping(
         }
     except ValueError:
         return parse_json(text)
-
-
-_PARSED: dict[int, Any] = {}  # id(value) -> value: containers parse_json_keeping read from text proving them sound
-_PARSED_SIZE = 1024  # a worker's chunk of rows is read before it is checked: its members stay here meanwhile
-_FEW_BRACKETS = 64  # containers nest at most as deep as there are brackets in their text
-
-
-def _remember_parsed(value: Any, text: msgspec.Raw | bytes) -> None:
-    """Remember `value`, which `parse_json` read from `text`, as plainly JSON-like and sound
-    (`require_json_like` flags PLAIN | FINITE | SOUND) when the text shows it without a walk:
-    `parse_json` gives exact types and refuses NaN, infinity and lone surrogates, text shorter
-    than `MAX_INT_DIGITS` holds no integer that long, and one with at most `_FEW_BRACKETS`
-    brackets nests no deeper than `MAX_DEPTH`. Bounded (the oldest go first); the entry keeps
-    the value alive, so its id stays its own."""
-    if type(value) not in (dict, list) or len(text) >= MAX_INT_DIGITS:
-        return
-    raw = bytes(text)
-    if raw.count(b"[") + raw.count(b"{") > _FEW_BRACKETS:
-        return
-    if len(_PARSED) >= _PARSED_SIZE:
-        del _PARSED[next(iter(_PARSED))]
-    _PARSED[id(value)] = value
 
 
 _ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
@@ -460,8 +428,6 @@ def require_json_like(value: Any, argument: str) -> int:
     vouched = _VOUCHED.get(id(value))
     if vouched is not None and vouched[0] is value:
         return vouched[1]
-    if _PARSED.get(id(value)) is value:  # a row member read from text that proves it sound
-        return _ALL_FLAGS
     state = _scan(value)
     if state:
         return state

@@ -32,12 +32,10 @@ def parse_line(line: bytes) -> Any:
     Logged rows repeat the same tool list; as text it is the key of `normalize_tools`'
     cache, so it is parsed and normalised once, not on every row. A `tools` that is a JSON
     string (the list encoded twice, as some logs store it) comes as that string, the JSON text
-    the other readers hand on. The call and the history are vouched for as they are read, when
-    their text shows them sound (`_json.parse_json_keeping`): their normalisers then do not walk
-    them again; like the tool specs, they are the checker's to read, not to change. Raises ValueError with the parser's message when the line is
+    the other readers hand on. Raises ValueError with the parser's message when the line is
     not JSON.
     """
-    row = parse_json_keeping(line, _TEXT_MEMBERS, _DEEP_MEMBERS, _DEEP_MEMBERS)
+    row = parse_json_keeping(line, _TEXT_MEMBERS, _DEEP_MEMBERS)
     tools = row.get("tools") if type(row) is dict else None
     if type(tools) is bytes and tools[:1] == b'"':
         row["tools"] = parse_json(tools)

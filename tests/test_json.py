@@ -196,23 +196,3 @@ def test_parse_json_reads_a_raw_member_like_its_bytes():
         except ValueError as exc:
             got = ("error", str(exc))
         assert got == expected
-
-
-def test_row_members_whose_text_proves_them_sound_are_vouched_for_and_others_are_walked():
-    from reflection._json import _FEW_BRACKETS
-
-    shallow = {"role": "user", "content": "5 apples"}
-    deep: object = "x"
-    for _ in range(_FEW_BRACKETS + 1):
-        deep = [deep]
-    row = parse_line(json.dumps({"call": {"name": "f"}, "history": [shallow], "tool_calls": [deep]}).encode())
-    assert require_json_like(row["history"], "history") == PLAIN | FINITE | SOUND
-    assert require_json_like(row["call"], "call") == PLAIN | FINITE | SOUND
-    # Too many brackets to tell from the text: walked, and found as sound as it is.
-    assert require_json_like(row["tool_calls"], "call") == PLAIN | FINITE | SOUND
-    too_deep: object = 1
-    for _ in range(150):
-        too_deep = [too_deep]
-    row = parse_line(json.dumps({"call": {"name": "f"}, "history": too_deep}).encode())
-    assert not require_json_like(row["history"], "history") & SOUND
-    assert normalize_calls(row["call"])[0].name == "f"
