@@ -52,18 +52,32 @@ def closest_name(name: str, candidates: Sequence[str]) -> str | None:
 
 @lru_cache(maxsize=4096)  # difflib is slow and agents repeat their typos; bounded
 def _closest_name(name: str, candidates: tuple[str, ...]) -> str | None:
-    matcher = SequenceMatcher(None, b=name.lower())
+    wanted = name.lower()
+    matcher = None  # made only when a pair is not known yet
     close = []
     for candidate in candidates:
-        matcher.set_seq1(candidate.lower())
-        # The cheap upper bounds first, as difflib.get_close_matches does.
-        if (
-            matcher.real_quick_ratio() >= NAME_CUTOFF
-            and matcher.quick_ratio() >= NAME_CUTOFF
-            and matcher.ratio() >= NAME_CUTOFF
-        ):
+        other = candidate.lower()
+        near = _NEAR.get((wanted, other))
+        if near is None:
+            if matcher is None:
+                matcher = SequenceMatcher(None, b=wanted)
+            matcher.set_seq1(other)
+            # The cheap upper bounds first, as difflib.get_close_matches does.
+            near = (
+                matcher.real_quick_ratio() >= NAME_CUTOFF
+                and matcher.quick_ratio() >= NAME_CUTOFF
+                and matcher.ratio() >= NAME_CUTOFF
+            )
+            _NEAR.put((wanted, other), near)
+        if near:
             close.append(candidate)
     return close[0] if len(close) == 1 else None
+
+
+# (name, candidate), lower-cased -> whether they are close: tool lists differ from row to row,
+# but a mistyped name meets the same few tools in them, so a list seen for the first time mostly
+# costs look-ups, not difflib.
+_NEAR = LRU(static_stage=False)
 
 
 def suggest_correction(

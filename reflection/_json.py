@@ -392,17 +392,29 @@ _VOUCHED: dict[int, tuple[Any, int]] = {}  # id(value) -> (value, its flags); th
 _VOUCHED_SIZE = 16_384
 
 
-def vouch_json_like(value: Any) -> int:
+_ALL_FLAGS = PLAIN | FINITE | SOUND
+
+
+def vouch_json_like(value: Any, within: int = 0) -> int:
     """`require_json_like(value)`, remembered: later calls on this very object answer at once.
 
     Only for values the library built and that nothing changes afterwards: the parameters of
     the tool specs `formats` keeps, which every new tool list they are in hands to the
-    compiled-schema cache, which checks them again. Bounded; the oldest are forgotten first."""
-    flags = require_json_like(value, "tools")
+    compiled-schema cache, which checks them again. Bounded; the oldest are forgotten first.
+    `within`: the flags of a value `value` was built from, parts of it and plain JSON constants;
+    when they are all set, they hold for `value` too, and it is not walked again."""
+    flags = _ALL_FLAGS if within == _ALL_FLAGS else require_json_like(value, "tools")
     if len(_VOUCHED) >= _VOUCHED_SIZE:
         del _VOUCHED[next(iter(_VOUCHED))]
     _VOUCHED[id(value)] = (value, flags)
     return flags
+
+
+def vouched(value: Any) -> bool:
+    """Whether `value` itself (this very object) was vouched for (`vouch_json_like`): the library
+    built it and nothing changes it, so what is computed from its content may be kept by identity."""
+    hit = _VOUCHED.get(id(value))
+    return hit is not None and hit[0] is value
 
 
 def require_json_like(value: Any, argument: str) -> int:

@@ -29,7 +29,17 @@ from reflection._json import (
 from reflection._lru import LRU
 from reflection._own_words import strip_own_words
 from reflection._text import printable
-from reflection.model import History, Message, SpecFormat, SpecProblem, ToolCall, ToolInventory, ToolSpec, trusted_from
+from reflection.model import (
+    History,
+    Message,
+    SpecFormat,
+    SpecProblem,
+    ToolCall,
+    ToolInventory,
+    ToolSpec,
+    trusted,
+    trusted_from,
+)
 
 __all__ = ["normalize_call", "normalize_calls", "normalize_history", "normalize_tools"]
 
@@ -188,12 +198,15 @@ def _inventory_of_specs(text: bytes) -> ToolInventory | None:
                 return None
             # A spec alone is as deep as in its list, less one level: a spec the list path finds
             # too deep is read spec by spec, and one that is sound alone normalises the same.
-            if not require_json_like(value, "tools") & SOUND:
+            shape = require_json_like(value, "tools")
+            if not shape & SOUND:
                 return None
             spec = _normalize_tool(value, 0)  # a ToolSpec does not depend on its index
             if not isinstance(spec, ToolSpec):
                 return None
-            vouch_json_like(spec.parameters)  # checked once here, not again for each list it is in
+            # Checked once here, not again for each list it is in: its parameters are made of
+            # parts of the spec and constants, so the spec's flags, when all set, are theirs.
+            vouch_json_like(spec.parameters, shape)
             _SPEC_TEXTS.put(item, spec)
         tools.append(spec)
     key = tuple(map(id, tools))  # the specs are kept alive by the entry: their ids stay theirs
@@ -202,7 +215,8 @@ def _inventory_of_specs(text: bytes) -> ToolInventory | None:
         return hit[1]
     if len({tool.name for tool in tools}) < len(tools):
         return None  # a name defined twice: the whole-list path reports it
-    inventory = ToolInventory(tools=tuple(tools), problems=())
+    # Built as validation would build it (the specs are the models themselves, kept as they are).
+    inventory = trusted(ToolInventory, tools=tuple(tools), problems=())
     _SPEC_INVENTORIES.put(key, (tools, inventory))
     return inventory
 
@@ -690,6 +704,8 @@ def normalize_history(raw: Any) -> History:
     sound = shape & SOUND
     # Messages read from plain JSON (exact types, see PLAIN) hold what validation would return.
     build: Callable[..., Message] = _plain_message if shape & PLAIN else Message
+    # The calls in a history whose every part is plain, finite and sound are too: not walked again.
+    read_call = _plain_call if shape == PLAIN | FINITE | SOUND else normalize_call
     if raw is None:
         return History()
     if isinstance(raw, str):
@@ -710,7 +726,7 @@ def normalize_history(raw: Any) -> History:
         if problem is not None:
             problems.append(f"history message #{index} was skipped: {problem}")
             continue
-        converted = _read_message(item, index, tool_names, build)
+        converted = _read_message(item, index, tool_names, build, read_call)
         if isinstance(converted, str):
             problems.append(converted)
             continue
@@ -754,15 +770,24 @@ def _message_problem(message: Message) -> str | None:
     return None
 
 
+def _plain_call(raw: Any) -> ToolCall:
+    """`normalize_call(raw)` for part of a value `require_json_like` found plain, finite and sound."""
+    return _normalize_call(raw, PLAIN | FINITE | SOUND)
+
+
 def _read_message(
-    item: Any, index: int, tool_names: dict[str, str], build: Callable[..., Message]
+    item: Any,
+    index: int,
+    tool_names: dict[str, str],
+    build: Callable[..., Message],
+    read_call: Callable[[Any], ToolCall] = normalize_call,
 ) -> list[Message] | str:
     if isinstance(item, str):
         return [build(role="user", content=item)]
     if not isinstance(item, dict):
         return f"history message #{index} must be an object or a string, got {_kind(item)}; it was skipped"
     if "role" not in item and item.get("type") in _RESPONSES_ITEMS:
-        return _responses_item(item, tool_names, build)
+        return _responses_item(item, tool_names, build, read_call)
     role = _ROLES.get(str(item.get("role", "")).lower())
     if role is None:
         return f"history message #{index} has an unknown role {item.get('role')!r}; it was skipped"
@@ -781,7 +806,7 @@ def _read_message(
             elif block.get("type") in ("text", "input_text", "output_text") and isinstance(block.get("text"), str):
                 texts.append(block["text"])
             elif block.get("type") == "tool_use":
-                calls.append(normalize_call(block))
+                calls.append(read_call(block))
             elif block.get("type") == "tool_result":
                 use_id = block.get("tool_use_id") if isinstance(block.get("tool_use_id"), str) else None
                 results.append(
@@ -795,7 +820,7 @@ def _read_message(
     elif content is not None:
         texts.append(str(content) if not isinstance(content, (dict, list)) else _block_text(content))
     if isinstance(item.get("tool_calls"), list):
-        calls.extend(normalize_call(c) for c in item["tool_calls"])
+        calls.extend(read_call(c) for c in item["tool_calls"])
     tool_call_id = item.get("tool_call_id") if isinstance(item.get("tool_call_id"), str) else None
     name = item.get("name") if isinstance(item.get("name"), str) else tool_names.get(tool_call_id or "")
     out: list[Message] = list(results)
@@ -815,12 +840,17 @@ def _read_message(
 _RESPONSES_ITEMS = frozenset({"function_call", "function_call_output", "reasoning"})
 
 
-def _responses_item(item: dict[str, Any], tool_names: dict[str, str], build: Callable[..., Message]) -> list[Message]:
+def _responses_item(
+    item: dict[str, Any],
+    tool_names: dict[str, str],
+    build: Callable[..., Message],
+    read_call: Callable[[Any], ToolCall] = normalize_call,
+) -> list[Message]:
     """A Responses API input item that is not a message: a `function_call` (an assistant turn
     with that call), its `function_call_output` (a tool message), or `reasoning` (never read:
     a model's reasoning is not conversation)."""
     if item["type"] == "function_call":
-        return [build(role="assistant", content="", tool_calls=(normalize_call(item),))]
+        return [build(role="assistant", content="", tool_calls=(read_call(item),))]
     if item["type"] == "function_call_output":
         call_id = item.get("call_id") if isinstance(item.get("call_id"), str) else None
         return [

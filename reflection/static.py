@@ -53,6 +53,7 @@ from reflection._json import (
     json_type,
     require_json_like,
     value_problem,
+    vouched,
 )
 from reflection._lru import LRU, set_cache_size
 from reflection._schemas import (
@@ -200,6 +201,11 @@ class _Schema:
 
 
 _SCHEMAS = LRU()  # digest of the canonical schema -> its compiled entry
+# The same, by the identity of a schema the library built and vouched for (`_json.vouched`): the
+# specs `formats` keeps. A new tool list drawn from tools seen before, in other lists, then costs
+# a look-up per tool, not the canonical JSON and digest of each schema (the entry keeps the schema
+# alive, so its id stays its own).
+_REFS = LRU()
 
 BACKTRACK_LIMIT = 50_000
 """Backtracking steps one regex match may take. Patterns with backreferences or look-around
@@ -213,6 +219,16 @@ _PATTERN_OPTIONS = jsonschema_rs.FancyRegexOptions(backtrack_limit=BACKTRACK_LIM
 def _compiled(schema: dict[str, Any]) -> bytes | _Schema:
     """The cache key of `schema`'s compiled entry (compiling it if needed), or the entry
     itself when it does not compile (small, and not worth compiling again)."""
+    hit = _REFS.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    ref = _compiled_by_content(schema)
+    if vouched(schema):
+        _REFS.put(id(schema), (schema, ref))
+    return ref
+
+
+def _compiled_by_content(schema: dict[str, Any]) -> bytes | _Schema:
     shape = require_json_like(schema, "tools")  # a hand-built ToolSpec may hold anything
     if not shape & FINITE:  # canonical bytes would write NaN as null: keep them apart
         return _Schema(

@@ -193,3 +193,12 @@ def test_the_enum_index_finds_exactly_the_loosely_equal_options(value, options):
     linear = [o for o in options if _loosely_equal(value, o)]
     found = _loose_matches(value, options)
     assert sorted(map(repr, found)) == sorted(map(repr, linear))
+
+
+def test_a_close_name_is_found_alike_whether_its_pairs_were_met_in_other_lists():
+    from reflection._corrections import closest_name
+
+    assert closest_name("get_wether", ["get_weather", "send_email"]) == "get_weather"
+    # The same pairs in another company: the answer is the list's own.
+    assert closest_name("get_wether", ["send_email", "get_weather", "get_weathers"]) is None
+    assert closest_name("get_wether", ["get_weathers", "run_query"]) == "get_weathers"

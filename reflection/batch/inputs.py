@@ -225,7 +225,7 @@ def jsonl_row(number: int, line: bytes | str) -> SourceRow | None:
         return SourceRow(number, error=line)
     if line.startswith(_BOM):  # editors write one at the start of a file; files get concatenated
         line = line[len(_BOM) :]
-    if not line.strip():
+    if not line or line.isspace():  # `not line.strip()`, without copying the line
         return None
     try:
         return SourceRow(number, parse_line(line))
