@@ -10,9 +10,10 @@ full collections of 25-30 ms in one block (bench_attack.py).
 
 from __future__ import annotations
 
+import atexit
 import gc
 
-__all__ = ["CACHE_HEAVY_THRESHOLD", "settle_long_lived"]
+__all__ = ["CACHE_HEAVY_THRESHOLD", "freeze_at_exit", "settle_long_lived"]
 
 CACHE_HEAVY_THRESHOLD = (10_000, 50, 1_000)
 """Thresholds for runs that hold large caches: young collections still run (cycles are still
@@ -25,3 +26,14 @@ def settle_long_lived() -> None:
     collector's sight (`gc.freeze`), and `CACHE_HEAVY_THRESHOLD` applies."""
     gc.freeze()
     gc.set_threshold(*CACHE_HEAVY_THRESHOLD)
+
+
+def freeze_at_exit() -> None:
+    """For a run whose caches end with the process (a static `reflection check`): at exit, what
+    they hold leaves the collector's sight, so the interpreter does not walk it in each of its last
+    collections (0.3 s after 20,000 mixed rows in one process). Registered once."""
+    if not _exit_freeze:
+        _exit_freeze.append(atexit.register(gc.freeze))
+
+
+_exit_freeze: list[object] = []

@@ -6,8 +6,6 @@ judge runs, see `--workers`), this module writes the rows and counts the verdict
 
 from __future__ import annotations
 
-import atexit
-import gc
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +13,7 @@ from typing import Any
 import anyio
 import typer
 
+from reflection._gc import freeze_at_exit
 from reflection._json import dumps
 from reflection._log import warnings_to_stderr
 from reflection.batch._workers import default_workers
@@ -78,11 +77,8 @@ def check(
                 _write_lines, static_lines(input, cfg, workers=workers or default_workers(), flat=flat), out
             )
             counts["judge_skipped"] = counts["rows"] - counts["error"]
-            # At exit, what the static caches hold (hundreds of thousands of objects after a large
-            # file in one process) leaves the collector's sight, so the interpreter does not walk it
-            # in each of its last collections (0.3 s on 20,000 mixed rows). At exit only: a caller
-            # running the command in its own process (tests) keeps its collector as it was.
-            atexit.register(gc.freeze)
+            # At exit only: a caller running the command in its own process keeps its collector.
+            freeze_at_exit()
         else:
             counts = anyio.run(_check_file, input, out, cfg, concurrency, flat)
         out.flush()  # here, not at exit: a closed stdout (`| head`) is caught by user_errors
