@@ -176,6 +176,10 @@ _SPEC_TEXTS = LRU()  # one tool spec's JSON text -> its ToolSpec (specs that nor
 _SPEC_INVENTORIES = LRU()  # the ids of a list's ToolSpecs -> (those specs, their inventory)
 
 
+_HOSTED = ToolSpec(name="(hosted)")
+"""`_SPEC_TEXTS`' entry for a hosted tool's text (`_hosted_tool`): skipped, not a spec."""
+
+
 def _inventory_of_specs(text: bytes) -> ToolInventory | None:
     """The inventory of the JSON array `text` built from its specs' own cache, or None when any
     spec is new and does not normalise cleanly, or the text is not a non-empty array (the
@@ -201,14 +205,18 @@ def _inventory_of_specs(text: bytes) -> ToolInventory | None:
             shape = require_json_like(value, "tools")
             if not shape & SOUND:
                 return None
-            spec = _normalize_tool(value, 0)  # a ToolSpec does not depend on its index
-            if not isinstance(spec, ToolSpec):
-                return None
-            # Checked once here, not again for each list it is in: its parameters are made of
-            # parts of the spec and constants, so the spec's flags, when all set, are theirs.
-            vouch_json_like(spec.parameters, shape)
+            if _hosted_tool(value):  # not a spec, as on the whole-list path
+                spec = _HOSTED
+            else:
+                spec = _normalize_tool(value, 0)  # a ToolSpec does not depend on its index
+                if not isinstance(spec, ToolSpec):
+                    return None
+                # Checked once here, not again for each list it is in: its parameters are made of
+                # parts of the spec and constants, so the spec's flags, when all set, are theirs.
+                vouch_json_like(spec.parameters, shape)
             _SPEC_TEXTS.put(item, spec)
-        tools.append(spec)
+        if spec is not _HOSTED:
+            tools.append(spec)
     key = tuple(map(id, tools))  # the specs are kept alive by the entry: their ids stay theirs
     hit = _SPEC_INVENTORIES.get(key)
     if hit is not None and all(a is b for a, b in zip(hit[0], tools, strict=True)):

@@ -3,7 +3,13 @@ history, and provider-hosted tools that are not specs."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
+from reflection import check_call
 from reflection.formats import normalize_calls, normalize_history, normalize_tools
+from reflection.rows import parse_line, read_row
 
 FUNCTION = {
     "type": "function",
@@ -46,16 +52,30 @@ def test_responses_input_items_are_read_as_history():
     assert all("Tokyo" not in m.content for m in history.messages)  # reasoning is never conversation
 
 
-def test_hosted_tools_are_not_specs_and_break_nothing():
-    inventory = normalize_tools(
-        [
-            {"type": "web_search"},
-            FUNCTION,
-            {"type": "file_search", "vector_store_ids": ["v"]},
-            {"type": "web_search_20250305", "name": "web_search", "max_uses": 2},
-        ]
-    )
+HOSTED = [
+    {"type": "web_search"},
+    FUNCTION,
+    {"type": "file_search", "vector_store_ids": ["v"]},
+    {"type": "web_search_20250305", "name": "web_search", "max_uses": 2},
+]
+
+
+@pytest.mark.parametrize("form", ["list", "str", "bytes"])
+def test_hosted_tools_are_not_specs_and_break_nothing(form):
+    # As objects, as JSON text, and as the bytes `reflection check` reads (its spec-by-spec cache).
+    raw = {"list": HOSTED, "str": json.dumps(HOSTED), "bytes": json.dumps(HOSTED).encode()}[form]
+    inventory = normalize_tools(raw)
     assert [t.name for t in inventory.tools] == ["get_weather"] and not inventory.problems
+
+
+def test_a_call_to_a_hosted_tool_reads_the_same_from_a_row_as_from_objects():
+    tools = [{"type": "web_search_20250305", "name": "web_search"}, FUNCTION]
+    call = {"name": "web_search", "arguments": {"query": "Paris"}}
+    as_objects = check_call(call, tools)
+    row = read_row(parse_line(json.dumps({"id": "r", "call": call, "tools": tools}).encode()), 1)
+    from_row = check_call(row.call, row.tools)
+    assert from_row.model_dump() == as_objects.model_dump()
+    assert not from_row.checks["non_existent_function"].passed
 
 
 def test_anthropic_custom_tools_with_a_schema_are_specs():
