@@ -194,7 +194,7 @@ def _precount(body: bytes, member: str | None = None) -> int:
     body's count then decides. Invalid JSON counts 0: the parse says what is wrong."""
 
     def first(raw: msgspec.Raw) -> bytes:
-        return bytes(raw).lstrip()[:1]
+        return memoryview(raw)[:1].tobytes()  # a Raw is the value's text, no space around it
 
     try:
         row = _CALLS.decode(body)
