@@ -104,13 +104,13 @@ class ClosingUpstream:
                     self.dropped += 1
                     return  # closed, as a server whose keep-alive timeout just ran out
                 content = json.dumps(REPLY).encode()
+                self.answered += 1  # before the answer: the test reads it once the gateway has it
                 conn.sendall(
                     b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                     b"date: Thu, 01 Jan 2026 00:00:00 GMT\r\n"
                     + f"content-length: {len(content)}\r\n\r\n".encode()
                     + content
                 )
-                self.answered += 1
 
 
 @pytest.fixture(scope="module")
