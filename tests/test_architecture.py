@@ -74,7 +74,14 @@ def test_no_underscored_name_is_imported_from_another_module():
 
 
 def test_the_base_layer_imports_nothing_above_it():
-    base = {"reflection._json", "reflection._lru", "reflection._text", "reflection._version", "reflection.errors"}
+    base = {
+        "reflection._json",
+        "reflection._lru",
+        "reflection._slices",
+        "reflection._text",
+        "reflection._version",
+        "reflection.errors",
+    }
     for name in (*base, "reflection.telemetry"):
         assert _imports(name) <= base, (name, _imports(name) - base)
     assert _imports("reflection.results") == set()  # the result data contract stands on nothing
