@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Container
 from typing import Any
 
@@ -388,7 +389,9 @@ def _has_bad_text(value: Any) -> bool:
     return False
 
 
-_VOUCHED: dict[int, tuple[Any, int]] = {}  # id(value) -> (value, its flags); the entry keeps it alive
+# id(value) -> (value, its flags); the entry keeps it alive. Oldest out first, in O(1) (a dict's
+# first key is found past the holes earlier evictions left).
+_VOUCHED: OrderedDict[int, tuple[Any, int]] = OrderedDict()
 _VOUCHED_SIZE = 16_384
 
 
@@ -405,7 +408,7 @@ def vouch_json_like(value: Any, within: int = 0) -> int:
     when they are all set, they hold for `value` too, and it is not walked again."""
     flags = _ALL_FLAGS if within == _ALL_FLAGS else require_json_like(value, "tools")
     if len(_VOUCHED) >= _VOUCHED_SIZE:
-        del _VOUCHED[next(iter(_VOUCHED))]
+        _VOUCHED.popitem(last=False)
     _VOUCHED[id(value)] = (value, flags)
     return flags
 
