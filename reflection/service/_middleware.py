@@ -17,10 +17,9 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import os
 import re
-import threading
 import time
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -114,7 +113,7 @@ class ServiceMiddleware:
         headers, ambiguous = _headers(scope)
         request_id = headers.get("x-request-id", "")
         if not _REQUEST_ID.fullmatch(request_id):
-            request_id = _new_request_id()
+            request_id = uuid.uuid4().hex
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
         response: dict[str, Any] = {"status": 0, "actions": None}
@@ -361,36 +360,6 @@ class ServiceMiddleware:
             {"detail": f"request body larger than {self.max_body_bytes} bytes (service.max_body_bytes)"},
             {"connection": "close"},
         )
-
-
-_ID_BATCH = 4096
-_random = b""
-_random_at = 0
-_random_lock = threading.Lock()  # one id per request even where several threads serve
-# The bits uuid.UUID(version=4) clears and sets in 128 random bits: version 4, RFC 4122 variant.
-_VERSION_4 = ~(0xF000 << 64 | 0xC000 << 48) & (1 << 128) - 1, 0x4000 << 64 | 0x8000 << 48
-
-
-def _new_request_id() -> str:
-    """`uuid.uuid4().hex` from the same random source (`os.urandom`), read 256 ids at a time: one
-    system call per 256 requests instead of one per request."""
-    global _random, _random_at
-    with _random_lock:
-        at = _random_at
-        if at >= len(_random):
-            _random, at = os.urandom(_ID_BATCH), 0
-        _random_at = at + 16
-        chunk = _random[at : at + 16]
-    clear, version = _VERSION_4
-    return "%032x" % (int.from_bytes(chunk, "big") & clear | version)
-
-
-def _forget_random() -> None:
-    global _random, _random_lock
-    _random, _random_lock = b"", threading.Lock()  # a forked child hands out its own ids
-
-
-os.register_at_fork(after_in_child=_forget_random)
 
 
 def _replay(body: bytes, receive: Any) -> Any:
