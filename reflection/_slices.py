@@ -11,11 +11,12 @@ of the loop, waited a slice per turn.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import anyio.lowlevel
 
-__all__ = ["SLICE_SECONDS", "Slices", "let_go"]
+__all__ = ["SLICE_SECONDS", "Slices", "let_go", "mapped"]
 
 SLICE_SECONDS = 0.0005
 """How long a slice of work runs before the event loop gets a turn (a return costs 2-4 us)."""
@@ -36,6 +37,19 @@ class Slices:
         if _now() - self._since >= SLICE_SECONDS:
             await anyio.lowlevel.checkpoint()
             self._since = _now()
+
+
+_T = TypeVar("_T")
+
+
+async def mapped(items: Iterable[Any], do: Callable[[Any], _T]) -> list[_T]:
+    """`[do(item) for item in items]`, in `Slices`."""
+    out = []
+    slices = Slices()
+    for item in items:
+        out.append(do(item))
+        await slices.tick()
+    return out
 
 
 async def let_go(held: list[Any] | bytearray) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import msgspec
+
 from reflection._json import (
     FINITE,
     MAX_DEPTH,
@@ -904,6 +906,53 @@ def count_calls(call: Any) -> int:
         if call.get("role") == "assistant" and isinstance(call.get("content"), list):
             return sum(1 for block in call["content"] if isinstance(block, Mapping) and block.get("type") == "tool_use")
     return 1
+
+
+_Member = list[msgspec.Raw] | dict[str, msgspec.Raw] | str | int | float | bool | None | msgspec.UnsetType
+
+
+class _Calls(msgspec.Struct):
+    """Where a body's calls are (the rest of it is skipped unread): each member's items or members
+    left as JSON text; `UNSET` when absent."""
+
+    call: _Member = msgspec.UNSET
+    tool_calls: _Member = msgspec.UNSET
+
+
+_CALLS = msgspec.json.Decoder(_Calls)
+_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def count_calls_text(text: bytes, member: str | None = None) -> int:
+    """`count_calls` of a row's call (`call`, else `tool_calls`), or the length of the top-level
+    array `tool_calls` (`member`: LiteLLM's guardrail request), read from the row's JSON text in
+    one pass that builds none of the calls: the service refuses a large body holding too many
+    before parsing it whole. Never more than the parsed body holds (a duplicate key means its
+    last value, as the parser has it); a form it does not follow counts 0 or 1, and the parsed
+    body's count then decides. Invalid JSON counts 0: the parse says what is wrong."""
+
+    def first(raw: msgspec.Raw) -> bytes:
+        return memoryview(raw)[:1].tobytes()  # a Raw is the value's text, no space around it
+
+    try:
+        row = _CALLS.decode(text)
+        if member is not None:
+            return len(row.tool_calls) if isinstance(row.tool_calls, list) else 0
+        call = row.call if row.call is not msgspec.UNSET else row.tool_calls
+        if isinstance(call, list):
+            return len(call)
+        if not isinstance(call, dict):
+            return 1
+        calls, content = call.get("tool_calls"), call.get("content")
+        if calls is not None and first(calls) == b"[":
+            return len(_ARRAY.decode(calls))
+        if content is not None and first(content) == b"[" and bytes(call.get("role", b"")) == b'"assistant"':
+            blocks = (_OBJECT.decode(block) for block in _ARRAY.decode(content) if first(block) == b"{")
+            return sum(1 for block in blocks if bytes(block.get("type", b"")) == b'"tool_use"')
+        return 1
+    except msgspec.DecodeError:
+        return 0
 
 
 LEGACY_CALL = "_legacy"

@@ -15,15 +15,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 import anyio.lowlevel
 import httpx
-import msgspec
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reflection._json import dumps, parse_json
-from reflection._slices import Slices
+from reflection._slices import mapped
 from reflection.config import DEFAULT_TENANT, ReflectionConfig
-from reflection.formats import count_calls, is_parallel, normalize_calls, normalize_tools
+from reflection.formats import count_calls, count_calls_text, is_parallel, normalize_calls, normalize_tools
 from reflection.model import ReflectionResult
 from reflection.pipeline import Reflector
 from reflection.pipeline import check_static as check_call  # the name /v1/check's one library call goes by
@@ -142,23 +141,18 @@ class _State:
         return self.tenants[request.scope["state"][TENANT]]
 
 
-async def read_json(request: Request, max_calls: int) -> Any:
-    """The request body as JSON (strict: NaN and trailing data are errors; big integers exact).
-    The `tools` member of an object body stays JSON text, as `reflection check` reads it. With
-    `max_calls`, a large body holding more calls than that is refused before it is parsed whole
-    (`_precount`), and the event loop gets a turn once it is parsed."""
-    return await _parsed(request, parse_line, max_calls)
-
-
-async def _parsed(request: Request, parse: Callable[[bytes], Any], max_calls: int, member: str | None = None) -> Any:
-    """`parse(body)`; a body over `_PRECOUNT_BYTES` is refused first if it holds more than
-    `max_calls` calls (`_precount`), and the event loop gets a turn after parsing it."""
+async def read_json(request: Request, max_calls: int, member: str | None = None) -> Any:
+    """The request body as JSON (strict: NaN and trailing data are errors; big integers exact):
+    a row, as `reflection check` reads it (its `tools` member left as JSON text), or with
+    `member`, LiteLLM's guardrail request, whose calls are that member's items. A body over
+    `_PRECOUNT_BYTES` holding more than `max_calls` calls is refused before it is parsed whole
+    (`formats.count_calls_text`), and the event loop gets a turn after it is parsed."""
     body = await request.body()  # over max_body_bytes: the middleware's 413 (an HTTPException)
     large = max_calls > 0 and len(body) > _PRECOUNT_BYTES
     if large:
-        _limit_calls(_precount(body, member), max_calls)
+        _limit_calls(count_calls_text(body, member), max_calls)
     try:
-        parsed = parse(body)
+        parsed = parse_line(body) if member is None else parse_json(body)
     except ValueError as exc:
         raise HTTPException(400, f"the body is not valid JSON: {exc}") from None
     if large:
@@ -169,51 +163,6 @@ async def _parsed(request: Request, parse: Callable[[bytes], Any], max_calls: in
 _PRECOUNT_BYTES = 65536
 """Bodies larger than this have their calls counted before they are parsed whole: parsing 10,000
 calls (700 KB) took 3-6 ms in one block, counting them without building them a fifth of that."""
-
-_Member = list[msgspec.Raw] | dict[str, msgspec.Raw] | str | int | float | bool | None | msgspec.UnsetType
-
-
-class _Calls(msgspec.Struct):
-    """Where a body's calls are (the rest of it is skipped unread): each member's items or members
-    left as JSON text; `UNSET` when absent."""
-
-    call: _Member = msgspec.UNSET
-    tool_calls: _Member = msgspec.UNSET
-
-
-_CALLS = msgspec.json.Decoder(_Calls)
-_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
-
-
-def _precount(body: bytes, member: str | None = None) -> int:
-    """`formats.count_calls` of the row's call (`call`, else `tool_calls`), or the length of the
-    array `tool_calls` (`member`: the guardrail's), read from the JSON text in one pass that
-    builds none of the calls. Never more than the parsed body holds (a duplicate key means its
-    last value, as the parser has it); a form it does not follow counts 0 or 1, and the parsed
-    body's count then decides. Invalid JSON counts 0: the parse says what is wrong."""
-
-    def first(raw: msgspec.Raw) -> bytes:
-        return memoryview(raw)[:1].tobytes()  # a Raw is the value's text, no space around it
-
-    try:
-        row = _CALLS.decode(body)
-        if member is not None:
-            return len(row.tool_calls) if isinstance(row.tool_calls, list) else 0
-        call = row.call if row.call is not msgspec.UNSET else row.tool_calls
-        if isinstance(call, list):
-            return len(call)
-        if not isinstance(call, dict):
-            return 1
-        calls, content = call.get("tool_calls"), call.get("content")
-        if calls is not None and first(calls) == b"[":
-            return len(_ARRAY.decode(calls))
-        if content is not None and first(content) == b"[" and bytes(call.get("role", b"")) == b'"assistant"':
-            blocks = (_OBJECT.decode(block) for block in _ARRAY.decode(content) if first(block) == b"{")
-            return sum(1 for block in blocks if bytes(block.get("type", b"")) == b'"tool_use"')
-        return 1
-    except msgspec.DecodeError:
-        return 0
 
 
 def _read_row(raw: Any, max_calls: int) -> InputRow:
@@ -249,7 +198,7 @@ async def _read_guardrail(request: Request, max_calls: int) -> _guardrail.Guardr
     """LiteLLM's guardrail request, read as strictly as the other routes' bodies: NaN, Infinity,
     lone surrogates and trailing data are 400 (FastAPI's own reader would accept NaN, then fail to
     write its 422 about it)."""
-    raw = await _parsed(request, parse_json, max_calls, "tool_calls")
+    raw = await read_json(request, max_calls, "tool_calls")
     try:
         guardrail = _guardrail.GuardrailRequest.model_validate(raw)
     except ValidationError as exc:
@@ -263,15 +212,10 @@ def _json(content: Any, status: int = 200, headers: Mapping[str, str] | None = N
 
 
 async def _dumped(models: list[Any], write: Callable[[Any], Any] = lambda dumped: dumped) -> list[Any]:
-    """`write(model.model_dump(mode="json"))` for each model (results, decisions), in `Slices`:
-    a 1,024-call answer takes tens of milliseconds to dump, and the other clients are answered
+    """`write(model.model_dump(mode="json"))` for each model (results, decisions), in slices: a
+    1,024-call answer takes tens of milliseconds to dump, and the other clients are answered
     between its slices, not after it."""
-    dumped = []
-    slices = Slices()
-    for model in models:
-        dumped.append(write(model.model_dump(mode="json")))
-        await slices.tick()
-    return dumped
+    return await mapped(models, lambda model: write(model.model_dump(mode="json")))
 
 
 def _piece(value: Any) -> bytes:
@@ -281,24 +225,14 @@ def _piece(value: Any) -> bytes:
 
 async def _checked(call: Any, tools: Any) -> ReflectionResult | list[ReflectionResult]:
     """`pipeline.check_static` (the static stage only); a turn of several calls is checked call
-    by call in `Slices`: the same results, and the other clients are served between slices."""
+    by call in slices: the same results, and the other clients are served between slices."""
     if not is_parallel(call):
         return check_call(call, tools, judge_skipped=STATIC_ONLY)
     inventory = normalize_tools(tools)
-    results: list[ReflectionResult] = []
-    slices = Slices()
-    for one in normalize_calls(call):
-        results.extend(check_call([one], inventory, judge_skipped=STATIC_ONLY))  # type: ignore[arg-type]
-        await slices.tick()
-    return results
-
-
-async def _each(items: list[Any], do: Callable[[Any], Any]) -> None:
-    """`do(item)` for each item (counting results and decisions in the metrics), in `Slices`."""
-    slices = Slices()
-    for item in items:
-        do(item)
-        await slices.tick()
+    return await mapped(
+        normalize_calls(call),
+        lambda one: check_call([one], inventory, judge_skipped=STATIC_ONLY)[0],  # type: ignore[index]
+    )
 
 
 async def _result_row(rid: str, results: ReflectionResult | list[ReflectionResult], latency_ms: float) -> Response:
@@ -306,18 +240,7 @@ async def _result_row(rid: str, results: ReflectionResult | list[ReflectionResul
     if isinstance(results, ReflectionResult):
         return _json(result_row(rid, results, latency_ms=latency_ms))
     row = output_row(rid, await _dumped(results), latency_ms=latency_ms)
-    return _in_pieces(row, "results", await _dumped_pieces(row.pop("results")))
-
-
-async def _dumped_pieces(items: list[Any]) -> list[bytes]:
-    """`_piece` of each item, in `Slices`; each item is let go once written."""
-    pieces = []
-    slices = Slices()
-    for i, item in enumerate(items):
-        pieces.append(_piece(item))
-        items[i] = None
-        await slices.tick()
-    return pieces
+    return _in_pieces(row, "results", await mapped(row.pop("results"), _piece))
 
 
 def _in_pieces(
@@ -479,7 +402,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
             results = await tenant.reflector.reflect(row.call, row.tools, row.history)
         except (TypeError, ValueError) as exc:
             raise HTTPException(422, f"row {row.id}: cannot be reflected: {type(exc).__name__}: {exc}") from None
-        await _each(results if isinstance(results, list) else [results], tenant.metrics.observe_result)
+        await mapped(results if isinstance(results, list) else [results], tenant.metrics.observe_result)
         return await _result_row(row.id, results, (time.perf_counter() - started) * 1000)
 
     @app.post("/v1/check", tags=["reflection"], openapi_extra=_ROW_BODY, response_model=ResultRow)
@@ -491,7 +414,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
             results = await _checked(row.call, row.tools)
         except (TypeError, ValueError) as exc:
             raise HTTPException(422, f"row {row.id}: cannot be checked: {type(exc).__name__}: {exc}") from None
-        await _each(results if isinstance(results, list) else [results], state.tenant(request).metrics.observe_result)
+        await mapped(results if isinstance(results, list) else [results], state.tenant(request).metrics.observe_result)
         return await _result_row(row.id, results, (time.perf_counter() - started) * 1000)
 
     @app.post("/v1/gate", tags=["reflection"], openapi_extra=_ROW_BODY, response_model=DecisionOut)
@@ -506,7 +429,7 @@ def create_app(config: ReflectionConfig | None = None) -> Any:
         except (TypeError, ValueError) as exc:
             raise HTTPException(422, f"row {row.id}: cannot be gated: {type(exc).__name__}: {exc}") from None
         decisions = decided if isinstance(decided, list) else [decided]
-        await _each(decisions, tenant.metrics.observe_decision)
+        await mapped(decisions, tenant.metrics.observe_decision)
         actions = ",".join(d.action for d in decisions)
         if isinstance(decided, list):
             headers = {"x-reflection-actions": actions}

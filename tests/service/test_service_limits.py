@@ -286,7 +286,7 @@ def test_a_large_body_within_the_cap_is_checked(app, path, body):
 def test_the_count_before_parsing_is_never_more_than_the_parsed_rows(text):
     from reflection.formats import count_calls
     from reflection.rows import RowError, parse_line, read_row
-    from reflection.service.app import _precount
+    from reflection.formats import count_calls_text as _precount
 
     try:
         parsed = count_calls(read_row(parse_line(text), 1).call)
