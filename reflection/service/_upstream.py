@@ -48,6 +48,7 @@ _DROPPED = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 # What the client gets from the gateway only: its own report, cookies, transport security, CORS,
 # and the date (its server writes one on every answer; two would be one header with two dates).
 _GATEWAY_OWNED = frozenset({"set-cookie", "set-cookie2", "strict-transport-security", "alt-svc", "date"})
+_PLAIN = ("", "identity")  # the content-encodings of a body sent as it is
 
 
 class UpstreamClient:
@@ -141,23 +142,23 @@ class UpstreamClient:
     async def read(self, response: aiohttp.ClientResponse) -> bytes:
         """The whole body, at most `upstream.max_response_bytes`; raises `Refused` past it or when it breaks."""
         limit = self.config.max_response_bytes
+        too_large = f"the upstream's answer is larger than {limit} bytes (upstream.max_response_bytes)"
         chunks: list[bytes] = []
         size = 0
         try:
-            if response.content_length is not None and response.content_length <= limit:
-                return await response.read()  # a declared length within the bound: one read (aiohttp stops at it)
+            declared = response.content_length
+            if declared is not None and response.headers.get("content-encoding", "").strip().lower() in _PLAIN:
+                # What is read is what is declared (a compressed body is counted decoded, below).
+                if declared <= limit:
+                    return await response.read()  # one read: aiohttp stops at the declared length
+                response.close()  # refused before a byte of it is read; the connection is not pooled
+                raise Refused(self.failed("too_large", 502, too_large))
             async for data in response.content.iter_any():
                 chunks.append(data)
                 size += len(data)
                 if size > limit:
                     await let_go(chunks)
-                    raise Refused(
-                        self.failed(
-                            "too_large",
-                            502,
-                            f"the upstream's answer is larger than {limit} bytes (upstream.max_response_bytes)",
-                        )
-                    )
+                    raise Refused(self.failed("too_large", 502, too_large))
         except TimeoutError:
             raise Refused(
                 self.failed(
@@ -203,7 +204,7 @@ class UpstreamClient:
         if response.status != 200:  # an error may echo a key: read it (bounded), decode it and redact
             encoding = response.headers.get("content-encoding", "identity").strip().lower()
             content = await self.read(response)
-            if encoding not in ("", "identity"):
+            if encoding not in _PLAIN:
                 try:
                     content = decompressed(content, encoding, self.config.max_response_bytes)
                 except Refused:

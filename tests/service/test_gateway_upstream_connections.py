@@ -1,12 +1,16 @@
 """The gateway's connections to its upstream, as a real process: an upstream that closes a kept-alive
 connection just as the gateway reuses it (a keep-alive timeout shorter than the gateway's pool's,
-like uvicorn's 5 s) costs a retry on a new connection, not a 502; and the client gets one `Date`."""
+like uvicorn's 5 s) costs a retry on a new connection, not a 502; the client gets one `Date`; and
+`upstream.max_response_bytes` holds for a declared length (refused before the body is read) and
+for a compressed body (counted decoded)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import threading
+import time
 
 import httpx
 import pytest
@@ -141,3 +145,118 @@ def test_the_client_gets_one_date_the_gateways_own(gateway):
     assert answer.status_code == 200
     assert len(answer.headers.get_list("date")) == 1
     assert answer.headers["date"] != "Thu, 01 Jan 2026 00:00:00 GMT"
+
+
+# --- upstream.max_response_bytes: declared lengths and compressed bodies ----------------------------
+
+MAX_BYTES = 1024 * 1024
+
+
+class SizedUpstream:
+    """Answers every request of a connection as `mode` says: "declared" sends headers declaring a
+    body of 1 GiB, a few bytes of it, then nothing until the gateway closes the connection (30 s at
+    most); "bomb" sends a gzip body of 40 KB declared as such, a completion that decodes to 40 MiB."""
+
+    def __init__(self) -> None:
+        self.mode = "declared"
+        self.closed_early = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.5)
+        self.stop = threading.Event()
+        content = dict(
+            REPLY,
+            choices=[{**REPLY["choices"][0], "message": {"role": "assistant", "content": "x" * (40 * MAX_BYTES)}}],
+        )
+        self.bomb = gzip.compress(json.dumps(content).encode(), compresslevel=9)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+
+    def __enter__(self) -> SizedUpstream:
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.sock.close()
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():  # bounded: the test's lifetime, 0.5 s per wait
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        conn.settimeout(30)
+        with conn:
+            while True:  # bounded: one request per answer, 30 s per read
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                while len(body) < length:
+                    body += conn.recv(65536)
+                if self.mode == "bomb":
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
+                        + f"content-length: {len(self.bomb)}\r\n\r\n".encode()
+                        + self.bomb
+                    )
+                    continue
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    + f"content-length: {1 << 30}\r\n\r\n".encode()
+                    + b'{"id": "'
+                )
+                try:
+                    closed = conn.recv(1) == b""  # waits: the rest of the body never comes
+                except OSError:
+                    closed = True
+                self.closed_early += closed
+                return
+
+
+@pytest.fixture(scope="module")
+def sized():
+    with SizedUpstream() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def capped_gateway(tmp_path_factory, sized):
+    config = {"upstream": {"base_url": sized.base_url, "max_response_bytes": MAX_BYTES, "timeout": 120}}
+    server = ServiceProcess(tmp_path_factory.mktemp("capped"), config).start()
+    yield server
+    server.stop()
+
+
+def test_a_declared_length_past_the_cap_is_refused_before_its_body_is_read(capped_gateway, sized):
+    # The body never comes: a gateway that read it to count would wait for upstream.timeout (120 s),
+    # past this client's 20 s. It answers at once and closes that connection.
+    sized.mode = "declared"
+    body = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS}
+    answer = httpx.post(capped_gateway.url + "/v1/chat/completions", json=body, timeout=20)
+    assert answer.status_code == 502 and "max_response_bytes" in answer.json()["detail"], answer.text
+    deadline = time.monotonic() + 20
+    while sized.closed_early == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sized.closed_early == 1
+
+
+def test_a_compressed_body_is_held_to_the_cap_once_decoded(capped_gateway, sized):
+    # 40 KB on the wire, declared as such, 40 MiB decoded: the cap counts what the body decodes to.
+    sized.mode = "bomb"
+    body = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS}
+    answer = httpx.post(capped_gateway.url + "/v1/chat/completions", json=body, timeout=20)
+    assert answer.status_code == 502 and "max_response_bytes" in answer.json()["detail"], answer.text[:300]
