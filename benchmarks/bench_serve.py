@@ -25,11 +25,12 @@ stand-in, gateway or endpoint), which wall-clock noise does not blur, and the th
 those CPU costs allow when the cores are the limit: (clients + stand-in) / (clients + stand-in
 + gateway) of the direct path's. `--baseline DIR` runs another checkout's service (e.g. main's)
 side by side in the same run, for a before/after under the same load (Chat Completions only,
-the one API every checkout serves).
+the one API every checkout serves). The arms of each measurement take turns: ROUNDS rounds, the
+order turned each round, so no arm always meets the stand-in later than another.
 
     python benchmarks/bench_serve.py [--requests 3000] [--sequential-requests 300] [--check-requests 5000]
                                      [--concurrency 64] [--latency 0.05] [--workers 1] [--apis chat,responses,messages]
-                                     [--baseline DIR]
+                                     [--rounds 3] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -321,6 +322,29 @@ def measure(
     return latencies, wall, errors, cpu
 
 
+def measure_arms(
+    targets: dict[str, tuple[str, dict[str, int]]], path: str, body: bytes, requests: int, concurrency: int, rounds: int
+) -> dict[str, tuple[list[float], float, int, dict[str, float]]]:
+    """`measure` of every arm (name: (url, servers)), in `rounds` rounds of `requests / rounds`
+    each, the arms' order turned by one each round. Measured one after the other, the arm that came
+    later fared worse (the same two checkouts gave 0.77x and 0.68x in one order, 0.68x and 0.60x in
+    the other; the stand-in keeps what it served and its CPU per request grew from run to run)."""
+    names = list(targets)
+    total: dict[str, tuple[list[float], float, int, dict[str, float]]] = {}
+    for round_ in range(rounds):
+        share = requests // rounds + (1 if round_ < requests % rounds else 0)
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            url, servers = targets[name]
+            lat, wall, err, cpu = measure(url, path, body, share, concurrency, servers)
+            if name in total:
+                was_lat, was_wall, was_err, was_cpu = total[name]
+                done = len(was_lat)
+                cpu = {k: (was_cpu[k] * done + v * share) / (done + share) for k, v in cpu.items()}
+                lat, wall, err = was_lat + lat, was_wall + wall, was_err + err
+            total[name] = (lat, wall, err, cpu)
+    return {name: total[name] for name in names}
+
+
 def _cpu_text(cpu: dict[str, float]) -> str:
     return ", ".join(f"{name} {seconds * 1e6:.0f} us" for name, seconds in cpu.items())
 
@@ -393,14 +417,11 @@ def run(args: argparse.Namespace) -> None:
                 for url in (upstream_base, *(services[n][1] for n in names)):  # warm-up: connections, caches, imports
                     asyncio.run(load(url, path, body, 300, args.concurrency))
                 for concurrency, requests in ((1, args.sequential_requests), (args.concurrency, args.requests)):
-                    arms = {
-                        "direct": measure(upstream_base, path, body, requests, concurrency, {"stand-in": upstream.pid})
-                    }
+                    targets = {"direct": (upstream_base, {"stand-in": upstream.pid})}
                     for name in names:
                         process, url = services[name]
-                        arms[name] = measure(
-                            url, path, body, requests, concurrency, {"stand-in": upstream.pid, name: process.pid}
-                        )
+                        targets[name] = (url, {"stand-in": upstream.pid, name: process.pid})
+                    arms = measure_arms(targets, path, body, requests, concurrency, args.rounds)
                     clients = "one sequential client" if concurrency == 1 else f"{concurrency} concurrent clients"
                     _report(
                         f"gateway {api} ({path}), {clients}, {requests} requests each way, stand-in latency "
@@ -446,6 +467,9 @@ def main() -> None:
     )
     parser.add_argument("--check-requests", type=int, default=5000, help="/v1/check and echo requests per arm")
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="gateway arms measured in this many rounds, their order turned each round"
+    )
     parser.add_argument("--latency", type=float, default=0.05, help="the stand-in model's latency (s)")
     parser.add_argument("--workers", type=int, default=1, help="reflection serve --workers")
     parser.add_argument("--baseline", metavar="DIR", help="also measure the service of this checkout (e.g. main's)")
