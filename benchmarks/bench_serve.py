@@ -28,9 +28,16 @@ side by side in the same run, for a before/after under the same load (Chat Compl
 the one API every checkout serves). The arms of each measurement take turns: ROUNDS rounds, the
 order turned each round, so no arm always meets the stand-in later than another.
 
+The concurrent clients start spread over SPREAD stand-in latencies (client i after i x SPREAD x
+LATENCY / CONCURRENCY), in every arm alike, as independent agents do. The stand-in answers after
+exactly LATENCY, so clients that all start at once (`--spread 0`) stay in step for the whole run:
+every round of requests reaches the gateway in one burst of CONCURRENCY, and the last of a burst
+waits for the gateway's CPU on all the others (64 x ~0.45 ms), which real models' varying
+latencies do not keep up.
+
     python benchmarks/bench_serve.py [--requests 3000] [--sequential-requests 300] [--check-requests 5000]
                                      [--concurrency 64] [--latency 0.05] [--workers 1] [--apis chat,responses,messages]
-                                     [--rounds 3] [--baseline DIR]
+                                     [--rounds 3] [--spread 1] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -274,8 +281,11 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
     return status
 
 
-async def load(url: str, path: str, body: bytes, requests: int, concurrency: int) -> tuple[list[float], float, int]:
-    """Post `body` `requests` times over `concurrency` keep-alive connections: latencies (s), wall time, errors."""
+async def load(
+    url: str, path: str, body: bytes, requests: int, concurrency: int, spread: float = 0.0
+) -> tuple[list[float], float, int]:
+    """Post `body` `requests` times over `concurrency` keep-alive connections, client i starting
+    i x `spread` / `concurrency` s after the first: latencies (s), wall time, errors."""
     host, port = url.removeprefix("http://").split(":")
     request = (
         f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
@@ -285,8 +295,9 @@ async def load(url: str, path: str, body: bytes, requests: int, concurrency: int
     errors = 0
     remaining = requests
 
-    async def client() -> None:
+    async def client(number: int) -> None:
         nonlocal remaining, errors
+        await asyncio.sleep(number * spread / concurrency)
         reader, writer = await asyncio.open_connection(host, int(port))
         try:
             while remaining > 0:
@@ -300,7 +311,7 @@ async def load(url: str, path: str, body: bytes, requests: int, concurrency: int
             writer.close()
 
     started = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(concurrency)))
+    await asyncio.gather(*(client(number) for number in range(concurrency)))
     return latencies, time.perf_counter() - started, errors
 
 
@@ -310,20 +321,26 @@ def _own_cpu() -> float:
 
 
 def measure(
-    url: str, path: str, body: bytes, requests: int, concurrency: int, servers: dict[str, int]
+    url: str, path: str, body: bytes, requests: int, concurrency: int, servers: dict[str, int], spread: float = 0.0
 ) -> tuple[list[float], float, int, dict[str, float]]:
     """`load`, plus the CPU seconds per request each party spent: "clients" (this process) and
     every process in `servers` (name: pid)."""
     before = {name: cpu_seconds(pid) for name, pid in servers.items()}
     own = _own_cpu()
-    latencies, wall, errors = asyncio.run(load(url, path, body, requests, concurrency))
+    latencies, wall, errors = asyncio.run(load(url, path, body, requests, concurrency, spread))
     cpu = {"clients": (_own_cpu() - own) / requests}
     cpu.update({name: (cpu_seconds(pid) - before[name]) / requests for name, pid in servers.items()})
     return latencies, wall, errors, cpu
 
 
 def measure_arms(
-    targets: dict[str, tuple[str, dict[str, int]]], path: str, body: bytes, requests: int, concurrency: int, rounds: int
+    targets: dict[str, tuple[str, dict[str, int]]],
+    path: str,
+    body: bytes,
+    requests: int,
+    concurrency: int,
+    rounds: int,
+    spread: float,
 ) -> dict[str, tuple[list[float], float, int, dict[str, float]]]:
     """`measure` of every arm (name: (url, servers)), in `rounds` rounds of `requests / rounds`
     each, the arms' order turned by one each round. Measured one after the other, the arm that came
@@ -335,7 +352,7 @@ def measure_arms(
         share = requests // rounds + (1 if round_ < requests % rounds else 0)
         for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
             url, servers = targets[name]
-            lat, wall, err, cpu = measure(url, path, body, share, concurrency, servers)
+            lat, wall, err, cpu = measure(url, path, body, share, concurrency, servers, spread)
             if name in total:
                 was_lat, was_wall, was_err, was_cpu = total[name]
                 done = len(was_lat)
@@ -421,8 +438,13 @@ def run(args: argparse.Namespace) -> None:
                     for name in names:
                         process, url = services[name]
                         targets[name] = (url, {"stand-in": upstream.pid, name: process.pid})
-                    arms = measure_arms(targets, path, body, requests, concurrency, args.rounds)
-                    clients = "one sequential client" if concurrency == 1 else f"{concurrency} concurrent clients"
+                    spread = args.latency * args.spread if concurrency > 1 else 0.0
+                    arms = measure_arms(targets, path, body, requests, concurrency, args.rounds, spread)
+                    clients = (
+                        "one sequential client"
+                        if concurrency == 1
+                        else f"{concurrency} concurrent clients started over {spread * 1000:.0f} ms"
+                    )
                     _report(
                         f"gateway {api} ({path}), {clients}, {requests} requests each way, stand-in latency "
                         f"{args.latency * 1000:.0f} ms, gate static (no judge), {args.workers} worker(s)",
@@ -471,6 +493,12 @@ def main() -> None:
         "--rounds", type=int, default=3, help="gateway arms measured in this many rounds, their order turned each round"
     )
     parser.add_argument("--latency", type=float, default=0.05, help="the stand-in model's latency (s)")
+    parser.add_argument(
+        "--spread",
+        type=float,
+        default=1.0,
+        help="the concurrent clients' starts spread over this many stand-in latencies (0: all at once)",
+    )
     parser.add_argument("--workers", type=int, default=1, help="reflection serve --workers")
     parser.add_argument("--baseline", metavar="DIR", help="also measure the service of this checkout (e.g. main's)")
     parser.add_argument("--echo-server", action="store_true", help=argparse.SUPPRESS)
