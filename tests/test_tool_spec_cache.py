@@ -26,6 +26,7 @@ SPECS = [
     {"name": "listed", "parameters": [{"type": "string"}]},
     {"name": "bad_description", "description": 7},
     "not an object",
+    {"type": "web_search"},  # a hosted tool: skipped, its index counted, as on the whole-list path
     {"name": "deep", "parameters": {"type": "object", "properties": {"x": json.loads("[" * 120 + "]" * 120)}}},
     # As deep as a spec may be alone, so one level too deep in a list: the list is read spec by spec.
     {"name": "edge", "parameters": {"type": "object", "properties": {"x": json.loads("[" * 97 + "]" * 97)}}},
@@ -62,6 +63,21 @@ def test_a_list_with_a_name_defined_twice_reports_it_as_the_whole_list_does():
     inventory = normalize_tools(text(tools))
     assert [t.name for t in inventory.tools] == ["get_weather"]
     assert "defined more than once" in inventory.problems[0].message and inventory.problems[0].index == 1
+
+
+def test_a_list_with_unusable_specs_is_read_spec_by_spec_with_their_indexes(monkeypatch):
+    from reflection import formats
+
+    tools = [SPECS[1], {"type": "web_search"}, SPECS[8], SPECS[0], SPECS[6], SPECS[10]]
+    expected = normalize_tools(tools)
+
+    def whole(*_):
+        raise AssertionError("read whole")
+
+    monkeypatch.setattr(formats, "_text_inventory", whole)
+    inventory = normalize_tools(text(tools))
+    assert inventory == expected
+    assert [(p.index, p.name) for p in inventory.problems] == [(2, None), (4, "get_weather"), (5, "bad_description")]
 
 
 def test_text_that_is_not_a_list_of_specs_is_read_whole():
