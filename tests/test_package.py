@@ -161,35 +161,3 @@ def test_every_package_the_core_imports_is_a_core_dependency():
         if not {d.lower().replace("_", "-") for d in distributions.get(module, [module])} & core
     }
     assert undeclared == {}
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-def test_a_standard_wheel_carries_the_compiled_modules(tmp_path, monkeypatch):
-    """hatch_build.py: with a C compiler, the standard wheel ships the modules pyproject.toml names
-    compiled (beside their sources), and they are what the installed package imports."""
-    hatchling = pytest.importorskip("hatchling.builders.wheel")
-    pytest.importorskip("mypyc")
-    import sysconfig
-    import tomllib
-
-    if shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is None:
-        pytest.skip("no C compiler: the hook builds a pure-Python wheel")
-    monkeypatch.delenv("REFLECTION_PURE_PYTHON")
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    modules = config["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"]["custom"]["modules"]
-    builder = hatchling.WheelBuilder(str(ROOT))
-    wheel = zipfile.ZipFile(next(iter(builder.build(directory=str(tmp_path), versions=["standard"]))))
-    names = wheel.namelist()
-    for module in modules:
-        stem = module.removesuffix(".py")
-        assert module in names and any(n.startswith(stem + ".cpython-") and n.endswith(".so") for n in names)
-    assert "-py3-none-any.whl" not in Path(wheel.filename).name  # tagged for this interpreter and platform
-    site = tmp_path / "site"
-    wheel.extractall(site)
-    code = "import reflection.static as s, reflection.rows as r; print(s.__file__); print(r.__file__)"
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(site)}, capture_output=True, text=True
-    )
-    compiled, plain = out.stdout.split()
-    assert compiled.endswith(".so") and plain.endswith("rows.py")  # rows.py stays Python (pickled rows)
