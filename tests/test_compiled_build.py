@@ -6,13 +6,16 @@ against it, in a process that imports the compiled package, not this checkout's 
 import ast
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tomllib
 import zipfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -109,12 +112,8 @@ def test_the_compiled_modules_pass_their_tests(compiled_wheel, tmp_path):
     directory nor on the path (the tests' directories are, as pytest puts them there); every
     reflection module that run imported comes from the wheel, the listed ones as extensions."""
     site = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target", str(site)]
-        + [str(compiled_wheel)],
-        check=True,
-        capture_output=True,
-    )
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile"]
+    subprocess.run([*pip, "--target", str(site), str(compiled_wheel)], check=True, capture_output=True)
     (tmp_path / "_imported_files.py").write_text(_IMPORTED_FILES_PLUGIN)
     imports = tmp_path / "imports.json"
     env = {name: value for name, value in os.environ.items() if not name.startswith("REFLECTION_")}
@@ -173,3 +172,92 @@ def test_no_compiled_function_takes_a_float_that_input_can_give_as_an_int():
                     if "float" in annotation and "int" not in annotation:
                         found.add((module, node.name, argument.arg))
     assert found == set(INTERNAL_FLOATS)
+
+
+# Run by test_compiled_and_pure_python_agree_on_every_json_type_anywhere under each build: each
+# row's output line as the workers write it (latency aside), or the exception that escaped.
+_ROW_BY_ROW = """
+import re, sys
+from reflection.batch._static import static_line
+from reflection.rows import parse_line, read_row
+
+for number, line in enumerate(open(sys.argv[1], "rb").read().split(b"\\n"), start=1):
+    try:
+        out = static_line(read_row(parse_line(line), number))[1]
+    except Exception as exc:
+        out = f"{type(exc).__name__}: {exc}".encode()
+    sys.stdout.buffer.write(re.sub(rb'"latency_ms":[0-9.e+-]+', b"", out).rstrip(b"\\n") + b"\\n")
+"""
+
+# What a hostile row puts where the schema or the call expects something else.
+_ANY_JSON = [0, -1, 2**63, 2**64 + 1, 10**400, 1.5, 1e308, -0.0, True, None, "", "1", [], {}, [1, "a"], {"a": 1}]
+
+
+def _type_mutated(lines: list[bytes], seed: int) -> list[bytes]:
+    """Each row with one to three of its values (anywhere: tools, call, history) replaced by a
+    JSON value of another type; lines json cannot read (or write back) are kept as they are."""
+    rng = random.Random(seed)
+    out = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+            for _ in range(rng.choice([1, 1, 2, 3])):
+                paths = list(_paths(row))
+                if not paths:
+                    break
+                *parents, last = rng.choice(paths)
+                node = row
+                for key in parents:
+                    node = node[key]
+                node[last] = json.loads(json.dumps(rng.choice(_ANY_JSON)))
+            out.append(json.dumps(row).encode())
+        except (ValueError, RecursionError):
+            out.append(line.strip())
+    return out
+
+
+def _paths(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every position in a JSON value, as the keys and indexes that reach it."""
+    if isinstance(node, dict):
+        items: Iterable[tuple[Any, Any]] = node.items()
+    elif isinstance(node, list):
+        items = enumerate(node)
+    else:
+        return
+    for key, value in items:
+        yield (*path, key)
+        yield from _paths(value, (*path, key))
+
+
+@pytest.mark.slow
+def test_compiled_and_pure_python_agree_on_every_json_type_anywhere(compiled_wheel, tmp_path):
+    """The annotation risk found by running, not reading: every static-path row of the sinks'
+    corpus (every spec, call and history shape), type-mutated, through the workers' row function
+    under the compiled wheel and under this checkout's sources. A parameter annotated narrower
+    than what input can bring raises TypeError in compiled code only (an error row, or an
+    escaping exception, where pure Python gives a result): the lines would differ."""
+    from _sink_corpus import corpus
+
+    site = tmp_path / "site"
+    with zipfile.ZipFile(compiled_wheel) as wheel:
+        wheel.extractall(site)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_bytes(b"\n".join(_type_mutated(corpus(1500, 3), seed=3)))
+    script = tmp_path / "row_by_row.py"
+    script.write_text(_ROW_BY_ROW)
+    env = {name: value for name, value in os.environ.items() if not name.startswith("REFLECTION_")}
+    outputs = {}
+    for build, path in (("compiled", site), ("pure", ROOT)):
+        code = f"import reflection.static as s; assert s.__file__.endswith({'.so' if build == 'compiled' else '.py'!r})"
+        subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env | {"PYTHONPATH": str(path)}, check=True)
+        done = subprocess.run(
+            [sys.executable, str(script), str(rows)],
+            cwd=tmp_path,
+            env=env | {"PYTHONPATH": str(path)},
+            capture_output=True,
+            check=True,
+        )
+        outputs[build] = done.stdout.splitlines()
+    assert len(outputs["pure"]) == len(outputs["compiled"]) > 1500
+    pairs = enumerate(zip(outputs["pure"], outputs["compiled"], strict=True), start=1)
+    assert [(number, pure, compiled) for number, (pure, compiled) in pairs if pure != compiled] == []
