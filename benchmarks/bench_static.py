@@ -28,10 +28,13 @@ per-call p50/p99 in file order, the same rows through a fresh `jsonschema.Draft7
 call, and through ALTK's static checker in its own environment (`--altk-python`, see
 benchmarks/README.md), with the ratios, then CPU per row by stage for valid and invalid rows
 (`_stages.py`; `--no-stages` leaves it out). `--baseline DIR` times the reflection legs of
-another checkout too, in the same run.
+another checkout too, in the same run, and `--python PATH` those of the reflection installed for
+another interpreter (e.g. a venv where `pip install .` built the mypyc-compiled wheel); each set of
+legs says which build it ran, compiled or pure Python (whether `reflection.static` is an extension).
 
     python benchmarks/bench_static.py [--rows 10000] [--tool-sets 40] [--repeat 3] [--bfcl-rows 50000]
-                                      [--mixed-rows 50000] [--no-stages] [--baseline DIR] [--altk-python PATH]
+                                      [--mixed-rows 50000] [--no-stages] [--baseline DIR] [--python PATH]
+                                      [--altk-python PATH]
 """
 
 from __future__ import annotations
@@ -663,6 +666,13 @@ def main() -> None:
         help="also time the reflection legs with the checkout at DIR (e.g. ../main): before/after in one run",
     )
     parser.add_argument(
+        "--python",
+        default=None,
+        metavar="PATH",
+        help="also time the reflection legs with the reflection installed for the Python at PATH "
+        "(e.g. a venv where `pip install .` built the compiled wheel): compiled and pure in one run",
+    )
+    parser.add_argument(
         "--altk-python",
         default=os.environ.get("ALTK_PYTHON"),
         help="python of a venv with agent-lifecycle-toolkit (default: $ALTK_PYTHON)",
@@ -683,7 +693,9 @@ def main() -> None:
         _synthetic(options)
     corpora = {name: n for name, n in (("BFCL", options.bfcl_rows), ("mixed", options.mixed_rows)) if n}
     if corpora:
-        _end_to_end(corpora, options.repeat, options.altk_python, not options.no_stages, options.baseline)
+        _end_to_end(
+            corpora, options.repeat, options.altk_python, not options.no_stages, options.baseline, options.python
+        )
 
 
 def _synthetic(options: argparse.Namespace) -> None:
@@ -802,8 +814,19 @@ def _corpus_summary(path: Path) -> str:
 _ALTK_LEG = "ALTK evaluate_static (in-process loop)"
 
 
+def _build(python: str, env: dict[str, str]) -> str:
+    """Which reflection `python` imports with `env`: compiled or pure Python, and from where."""
+    static = _timed([python, "-c", "import reflection.static as s; print(s.__file__)"], env)[2].strip()
+    return f"{'pure Python' if static.endswith('.py') else 'compiled'} ({static})"
+
+
 def _end_to_end(
-    corpora: dict[str, int], repeat: int, altk_python: str | None, stages: bool, baseline: str | None = None
+    corpora: dict[str, int],
+    repeat: int,
+    altk_python: str | None,
+    stages: bool,
+    baseline: str | None = None,
+    python: str | None = None,
 ) -> None:
     """`reflection check --static-only` against ALTK on each corpus, legs alternated in one run."""
     import _bfcl_corpus
@@ -816,18 +839,24 @@ def _end_to_end(
     for name, n in corpora.items():
         path, altk_path = work / f"{name}.jsonl", work / f"{name}_altk.jsonl"
         files[name] = (path, altk_path, *_write_corpus(makers[name](n), path, altk_path))
-    cli = [sys.executable, "-c", "from reflection.cli import app; app()", "check", "--static-only"]
+    cli_args = ["-c", "from reflection.cli import app; app()", "check", "--static-only"]
     out = str(work / "out.jsonl")
     workers = default_workers()
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")  # ALTK imports litellm, which would fetch prices
     legs: dict[str, dict[str, tuple[list[str], dict[str, str]]]] = {}
-    # --baseline DIR: the same legs with another checkout's reflection first on the path.
-    before = dict(env, PYTHONPATH=str(Path(baseline).resolve())) if baseline else None
+    # --baseline DIR: the same legs with another checkout's reflection first on the path; --python
+    # PATH: with that interpreter's installed reflection (no PYTHONPATH to shadow it).
+    variants = {"": (sys.executable, env)}
+    if baseline:
+        variants["baseline: "] = (sys.executable, dict(env, PYTHONPATH=str(Path(baseline).resolve())))
+    if python:
+        variants["--python: "] = (python, {key: value for key, value in env.items() if key != "PYTHONPATH"})
+    for prefix, (leg_python, leg_env) in variants.items():
+        print(f"build of the {prefix.rstrip(': ') or 'reflection'} legs: {_build(leg_python, leg_env)}")
     for name, (path, altk_path, _, _) in files.items():
         legs[name] = {}
-        for prefix, leg_env in (("", env), ("baseline: ", before)):
-            if leg_env is None:
-                continue
+        for prefix, (leg_python, leg_env) in variants.items():
+            cli = [leg_python, *cli_args]
             legs[name].update(
                 {
                     f"{prefix}reflection check, full rows, --workers 1": (
@@ -873,6 +902,7 @@ def _end_to_end(
                     best[name][label] = (rate, cpu)
             if stages:
                 split[name].append(_stage_split(path, env))
+    cli = [sys.executable, *cli_args]
     startups = [_timed([*cli, str(empty), "-o", out], env)[:2] for _ in range(repeat)]
     startup, startup_cpu = min(wall for wall, _ in startups), min(cpu for _, cpu in startups)
     print(

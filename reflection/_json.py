@@ -341,7 +341,8 @@ def _walk(value: Any) -> Any:
                 for key, item in reversed(node.items())
             )
         elif isinstance(node, (list, tuple)):
-            stack.extend((f"{path}[{i}]", item, depth + 1) for i, item in reversed(list(enumerate(node))))
+            items: list[Any] = list(node)
+            stack.extend((f"{path}[{i}]", items[i], depth + 1) for i in range(len(items) - 1, -1, -1))
 
 
 def non_json_location(value: Any) -> str | None:

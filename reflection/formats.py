@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from reflection._calls_struct import CALLS
 from reflection._json import (
     FINITE,
     MAX_DEPTH,
@@ -920,18 +921,6 @@ def count_calls(call: Any) -> int:
     return 1
 
 
-_Member = list[msgspec.Raw] | dict[str, msgspec.Raw] | str | int | float | bool | None | msgspec.UnsetType
-
-
-class _Calls(msgspec.Struct):
-    """Where a body's calls are (the rest of it is skipped unread): each member's items or members
-    left as JSON text; `UNSET` when absent."""
-
-    call: _Member = msgspec.UNSET
-    tool_calls: _Member = msgspec.UNSET
-
-
-_CALLS = msgspec.json.Decoder(_Calls)
 _OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
 
@@ -948,7 +937,7 @@ def count_calls_text(text: bytes, member: str | None = None) -> int:
         return memoryview(raw)[:1].tobytes()  # a Raw is the value's text, no space around it
 
     try:
-        row = _CALLS.decode(text)
+        row = CALLS.decode(text)
         if member is not None:
             return len(row.tool_calls) if isinstance(row.tool_calls, list) else 0
         call = row.call if row.call is not msgspec.UNSET else row.tool_calls

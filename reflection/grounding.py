@@ -167,7 +167,7 @@ class _Conversation:
         self._found[needle] = out
         return list(out)
 
-    def number_sources(self, value: float) -> list[SourceData] | None:
+    def number_sources(self, value: int | float) -> list[SourceData] | None:
         """One source per message writing the number `value` (its first occurrence there, in
         any of the forms `_number_forms` allows), in order; None when `value` is not read as
         a number (not finite, or too long: then it is looked for as text)."""
@@ -393,7 +393,7 @@ def _word_or_dot(char: str) -> bool:
 
 
 @lru_cache(maxsize=1024)  # agents repeat values across calls; bounded
-def _number_forms(value: float) -> tuple[_Form, ...] | None:
+def _number_forms(value: int | float) -> tuple[_Form, ...] | None:
     """How the number `value` may be written.
 
     Forms: the integer part plain or with thousands separators ("1,250"), the fraction with any

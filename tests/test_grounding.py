@@ -333,6 +333,7 @@ def test_values_that_stop_inside_one_long_token_cost_their_candidates_not_the_te
     assert marked == []  # no marked copy needed
 
 
+@pytest.mark.patches_module("reflection.grounding")
 def test_many_near_misses_move_to_the_marked_copy_built_once_per_row(monkeypatch):
     text = " ".join(f"x{i % 10}y" for i in range(50_000))  # every digit occurs only inside tokens
     marked = []

@@ -13,6 +13,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _pure_python_wheels(monkeypatch):
+    """The wheels below check data and metadata: built pure (hatch_build.py's opt-out), not compiled."""
+    monkeypatch.setenv("REFLECTION_PURE_PYTHON", "1")
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_wheel_contains_prompts_examples_and_the_entry_points(tmp_path):
     hatchling = pytest.importorskip("hatchling.builders.wheel")

@@ -28,6 +28,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+import reflection
 from reflection import ReflectionConfig, Reflector
 from reflection._json import dumps, parse_json
 from reflection.batch import _workers, reflect_dataset
@@ -341,7 +342,10 @@ def test_the_reflection_command_writes_what_the_api_gives(corpora, expected, tmp
     out = tmp_path / "out.jsonl"
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH")])),
+        # The package this process imported (the checkout, or an installed build under test).
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(Path(reflection.__file__).parents[1]), os.environ.get("PYTHONPATH")])
+        ),
     }
     done = subprocess.run(
         [

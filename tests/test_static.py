@@ -695,6 +695,7 @@ def test_tool_list_with_a_uuid_raises_even_after_the_same_json_was_seen():
 # --- caching ---------------------------------------------------------------------------------
 
 
+@pytest.mark.patches_module("reflection.static")
 def test_each_distinct_schema_is_compiled_once(monkeypatch):
     compiled = []
     original = static._compile
@@ -717,6 +718,7 @@ def test_schema_cache_stays_bounded_on_ever_new_schemas(monkeypatch):
     assert len(static._SCHEMAS) <= 50
 
 
+@pytest.mark.patches_module("reflection.static")
 def test_schema_cache_keeps_the_schemas_in_use_and_evicts_the_stalest(monkeypatch):
     monkeypatch.setattr(static, "_SCHEMAS", LRU(4))
     compiled = []

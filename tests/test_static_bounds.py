@@ -129,6 +129,7 @@ def test_an_in_place_loop_through_a_branch_is_an_invalid_spec():
     assert "refers back to itself" in message and "#/$defs/a" in message
 
 
+@pytest.mark.patches_module("reflection.static")
 def test_errors_classified_per_call_stop_at_the_bound(monkeypatch):
     classified = Counter(static._classify)
     monkeypatch.setattr(static, "_classify", classified)
