@@ -489,7 +489,11 @@ def _spec_sources(
     for step in schema_path:
         if not isinstance(node, dict):
             return []
-        node = node.get("items") if step == "[]" else (node.get("properties") or {}).get(step)
+        if step == "[]":
+            node = node.get("items")
+        else:
+            properties = node.get("properties")  # untrusted: `true`, a list, a string...
+            node = properties.get(step) if isinstance(properties, dict) else None
     if not isinstance(node, dict):
         return []
     out: list[SourceData] = []

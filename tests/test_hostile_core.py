@@ -391,3 +391,21 @@ def test_hand_built_messages_and_specs_that_cannot_be_sent_on_are_skipped_with_a
     ]
     assert [s["message_index"] for s in result["grounding"][0]["sources"]] == [0]
     assert list(failing(api(reflect_sync({"name": "g", "arguments": {}}, tools)))) == ["invalid_api_spec"]
+
+
+@pytest.mark.parametrize("properties", ["true", "1", '"x"', '["a"]'])
+def test_a_spec_whose_properties_is_not_an_object_is_an_invalid_api_spec_not_a_crash(tmp_path, properties):
+    # Grounding walks the spec for defaults and enum members: a truthy non-object `properties`
+    # raised AttributeError there, and the whole `reflection check` run died with no row written.
+    tools = '[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": %s}}}]'
+    line = (
+        '{"id": "odd", "tools": %s, "call": {"name": "f", "arguments": {"x": 1}}, "history": [{"role": "user", "content": "x is 1"}]}'
+        % (tools % properties)
+    )
+    for rows in cli_rows(tmp_path, line):
+        assert list(failing(rows["odd"]["results"][0])) == ["invalid_api_spec"]
+        assert rows["odd"]["overall_valid"] is False
+    spec = json.loads(tools % properties)
+    history = [{"role": "user", "content": "x is 1"}]
+    result = reflect_sync({"name": "f", "arguments": {"x": 1}}, spec, history)
+    assert list(failing(api(result))) == ["invalid_api_spec"] and result.overall_valid is False
