@@ -11,6 +11,7 @@ import json
 import socket
 import threading
 import time
+from typing import Self
 
 import httpx
 import pytest
@@ -55,13 +56,10 @@ REPLY = {
 }
 
 
-class ClosingUpstream:
-    """Answers the first request on each connection and keeps the connection open (HTTP/1.1, no
-    `Connection: close`); a later request on it finds it closed, unanswered. Counts both."""
+class SocketUpstream:
+    """A loopback upstream on raw sockets, each connection served by `_serve` on a thread of its own."""
 
     def __init__(self) -> None:
-        self.answered = 0
-        self.dropped = 0
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.sock.settimeout(0.5)
         self.stop = threading.Event()
@@ -70,7 +68,7 @@ class ClosingUpstream:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
 
-    def __enter__(self) -> ClosingUpstream:
+    def __enter__(self) -> Self:
         threading.Thread(target=self._accept, daemon=True).start()
         return self
 
@@ -84,37 +82,53 @@ class ClosingUpstream:
                 conn, _ = self.sock.accept()
             except OSError:
                 continue
+            conn.settimeout(30)
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
-        conn.settimeout(30)
+        raise NotImplementedError
+
+    @staticmethod
+    def read_request(conn: socket.socket) -> bool:
+        """Read one request, head and body; False when the connection ended first."""
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return False
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+        )
+        while len(body) < length:
+            body += conn.recv(65536)
+        return True
+
+
+class ClosingUpstream(SocketUpstream):
+    """Answers the first request on each connection and keeps the connection open (HTTP/1.1, no
+    `Connection: close`); a later request on it finds it closed, unanswered. Counts both."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answered = 0
+        self.dropped = 0
+
+    def _serve(self, conn: socket.socket) -> None:
         with conn:
-            for number in range(2):
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    data += chunk
-                head, _, body = data.partition(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":", 1)[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                while len(body) < length:
-                    body += conn.recv(65536)
-                if number == 1:
-                    self.dropped += 1
-                    return  # closed, as a server whose keep-alive timeout just ran out
-                content = json.dumps(REPLY).encode()
-                self.answered += 1  # before the answer: the test reads it once the gateway has it
-                conn.sendall(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                    b"date: Thu, 01 Jan 2026 00:00:00 GMT\r\n"
-                    + f"content-length: {len(content)}\r\n\r\n".encode()
-                    + content
-                )
+            if not self.read_request(conn):
+                return
+            content = json.dumps(REPLY).encode()
+            self.answered += 1  # before the answer: the test reads it once the gateway has it
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                b"date: Thu, 01 Jan 2026 00:00:00 GMT\r\n"
+                + f"content-length: {len(content)}\r\n\r\n".encode()
+                + content
+            )
+            if self.read_request(conn):
+                self.dropped += 1  # closed unanswered, as a server whose keep-alive timeout just ran out
 
 
 @pytest.fixture(scope="module")
@@ -152,61 +166,24 @@ def test_the_client_gets_one_date_the_gateways_own(gateway):
 MAX_BYTES = 1024 * 1024
 
 
-class SizedUpstream:
+class SizedUpstream(SocketUpstream):
     """Answers every request of a connection as `mode` says: "declared" sends headers declaring a
     body of 1 GiB, a few bytes of it, then nothing until the gateway closes the connection (30 s at
     most); "bomb" sends a gzip body of 40 KB declared as such, a completion that decodes to 40 MiB."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.mode = "declared"
         self.closed_early = 0
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.5)
-        self.stop = threading.Event()
         content = dict(
             REPLY,
             choices=[{**REPLY["choices"][0], "message": {"role": "assistant", "content": "x" * (40 * MAX_BYTES)}}],
         )
         self.bomb = gzip.compress(json.dumps(content).encode(), compresslevel=9)
 
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
-
-    def __enter__(self) -> SizedUpstream:
-        threading.Thread(target=self._accept, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.sock.close()
-
-    def _accept(self) -> None:
-        while not self.stop.is_set():  # bounded: the test's lifetime, 0.5 s per wait
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
     def _serve(self, conn: socket.socket) -> None:
-        conn.settimeout(30)
         with conn:
-            while True:  # bounded: one request per answer, 30 s per read
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    data += chunk
-                head, _, body = data.partition(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":", 1)[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                while len(body) < length:
-                    body += conn.recv(65536)
+            while self.read_request(conn):  # bounded: 30 s per read
                 if self.mode == "bomb":
                     conn.sendall(
                         b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
