@@ -37,7 +37,7 @@ latencies do not keep up.
 
     python benchmarks/bench_serve.py [--requests 3000] [--sequential-requests 300] [--check-requests 5000]
                                      [--concurrency 64] [--latency 0.05] [--workers 1] [--apis chat,responses,messages]
-                                     [--rounds 3] [--spread 1] [--baseline DIR]
+                                     [--rounds 3] [--spread 1] [--baseline DIR] [--python PATH]
 """
 
 from __future__ import annotations
@@ -172,18 +172,25 @@ def cpu_seconds(pid: int) -> float:
 
 
 def start_service(
-    tmp: Path, upstream: str, workers: int, root: Path = ROOT, name: str = "service"
+    tmp: Path, upstream: str, workers: int, root: Path = ROOT, name: str = "service", python: str | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """`reflection serve` of the checkout at `root`, or (`python`) the reflection installed for
+    that interpreter, run from `tmp` with no PYTHONPATH; its build is printed."""
     config = tmp / f"{name}.yaml"
     settings = {"base_url": upstream}
     if name != "baseline":  # an older checkout may not know the Anthropic upstream; it is measured on chat only
         settings["anthropic_base_url"] = upstream
     config.write_text(json.dumps({"upstream": settings}))  # JSON is YAML
     log = tmp / f"{name}.log"
+    env, cwd = (_env(root), root) if python is None else (_env_without_checkout(), tmp)
+    build = subprocess.run(
+        [python or sys.executable, "-c", _BUILD], env=env, cwd=cwd, capture_output=True, text=True, check=True
+    )
+    print(f"{name}: {build.stdout.strip()}", flush=True)
     with log.open("wb") as err:
         process = subprocess.Popen(
             [
-                sys.executable,
+                python or sys.executable,
                 "-c",
                 "from reflection.cli import app; app()",
                 "serve",
@@ -196,10 +203,21 @@ def start_service(
             ],
             stdout=subprocess.DEVNULL,
             stderr=err,
-            env=_env(root),
-            cwd=root,
+            env=env,
+            cwd=cwd,
         )  # `-c` puts the cwd first
     return process, _wait_for_url(process, log, r"serving on (http://127\.0\.0\.1:\d+)")
+
+
+# Which build a service runs: compiled by mypyc (`pip install .`) or pure Python, and from where.
+_BUILD = (
+    "import reflection.static as s; "
+    "print(('pure Python' if s.__file__.endswith('.py') else 'compiled') + ' (' + s.__file__ + ')')"
+)
+
+
+def _env_without_checkout() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("REFLECTION_") and k != "PYTHONPATH"}
 
 
 def start_echo(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -415,7 +433,7 @@ def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         upstream, upstream_url = start_upstream(args.latency, tmp)
-        service, service_url = start_service(tmp, upstream_url, args.workers)
+        service, service_url = start_service(tmp, upstream_url, args.workers, python=args.python)
         processes = [upstream, service]
         services = {"gateway": (service, service_url)}
         if args.baseline:
@@ -501,6 +519,12 @@ def main() -> None:
     )
     parser.add_argument("--workers", type=int, default=1, help="reflection serve --workers")
     parser.add_argument("--baseline", metavar="DIR", help="also measure the service of this checkout (e.g. main's)")
+    parser.add_argument(
+        "--python",
+        metavar="PATH",
+        help="run the gateway with the reflection installed for this interpreter (e.g. a venv holding the "
+        "mypyc-compiled build `pip install .` gives), not this checkout's sources",
+    )
     parser.add_argument("--echo-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_server:
