@@ -176,6 +176,8 @@ def start_service(
 ) -> tuple[subprocess.Popen[bytes], str]:
     """`reflection serve` of the checkout at `root`, or (`python`) the reflection installed for
     that interpreter, run from `tmp` with no PYTHONPATH; its build is printed."""
+    from _build import build_of
+
     config = tmp / f"{name}.yaml"
     settings = {"base_url": upstream}
     if name != "baseline":  # an older checkout may not know the Anthropic upstream; it is measured on chat only
@@ -183,10 +185,7 @@ def start_service(
     config.write_text(json.dumps({"upstream": settings}))  # JSON is YAML
     log = tmp / f"{name}.log"
     env, cwd = (_env(root), root) if python is None else (_env_without_checkout(), tmp)
-    build = subprocess.run(
-        [python or sys.executable, "-c", _BUILD], env=env, cwd=cwd, capture_output=True, text=True, check=True
-    )
-    print(f"{name}: {build.stdout.strip()}", flush=True)
+    print(f"{name}: {build_of(python or sys.executable, env, str(cwd))}", flush=True)
     with log.open("wb") as err:
         process = subprocess.Popen(
             [
@@ -207,13 +206,6 @@ def start_service(
             cwd=cwd,
         )  # `-c` puts the cwd first
     return process, _wait_for_url(process, log, r"serving on (http://127\.0\.0\.1:\d+)")
-
-
-# Which build a service runs: compiled by mypyc (`pip install .`) or pure Python, and from where.
-_BUILD = (
-    "import reflection.static as s; "
-    "print(('pure Python' if s.__file__.endswith('.py') else 'compiled') + ' (' + s.__file__ + ')')"
-)
 
 
 def _env_without_checkout() -> dict[str, str]:

@@ -814,12 +814,6 @@ def _corpus_summary(path: Path) -> str:
 _ALTK_LEG = "ALTK evaluate_static (in-process loop)"
 
 
-def _build(python: str, env: dict[str, str]) -> str:
-    """Which reflection `python` imports with `env`: compiled or pure Python, and from where."""
-    static = _timed([python, "-c", "import reflection.static as s; print(s.__file__)"], env)[2].strip()
-    return f"{'pure Python' if static.endswith('.py') else 'compiled'} ({static})"
-
-
 def _end_to_end(
     corpora: dict[str, int],
     repeat: int,
@@ -830,6 +824,7 @@ def _end_to_end(
 ) -> None:
     """`reflection check --static-only` against ALTK on each corpus, legs alternated in one run."""
     import _bfcl_corpus
+    from _build import build_of
 
     work = Path(tempfile.mkdtemp(prefix="bench-static-"))
     empty = work / "empty.jsonl"
@@ -852,7 +847,8 @@ def _end_to_end(
     if python:
         variants["--python: "] = (python, {key: value for key, value in env.items() if key != "PYTHONPATH"})
     for prefix, (leg_python, leg_env) in variants.items():
-        print(f"build of the {prefix.rstrip(': ') or 'reflection'} legs: {_build(leg_python, leg_env)}")
+        build = build_of(leg_python, leg_env, tempfile.gettempdir())
+        print(f"build of the {prefix.rstrip(': ') or 'reflection'} legs: {build}")
     for name, (path, altk_path, _, _) in files.items():
         legs[name] = {}
         for prefix, (leg_python, leg_env) in variants.items():
