@@ -3,7 +3,8 @@
 Request id, bearer-key authentication (constant-time; two credentials of one kind are refused as
 ambiguous) naming the request's tenant, body size limit (413) and body time limit (408), in-flight limits overall and per key
 (503 with Retry-After), a deadline per request (504), a JSON error instead of a traceback for
-anything unexpected (500), metrics, and one JSON log line per request. Pure ASGI rather than
+anything unexpected (500), metrics, and one JSON log line per request (written a moment after the
+request ends, off the path of the next one: `RequestLines`). Pure ASGI rather than
 Starlette's `BaseHTTPMiddleware`: it costs a few microseconds per request and never buffers
 streamed responses.
 
@@ -25,7 +26,7 @@ from typing import Any
 
 from reflection._json import dumps
 from reflection.config import DEFAULT_TENANT
-from reflection.service._logging import request_logger
+from reflection.service._logging import RequestLines, request_logger
 from reflection.service._metrics import Metrics
 
 __all__ = ["ARRIVED", "AUTH_HEADER", "OPEN_PATHS", "TENANT", "ServiceMiddleware", "arrival"]
@@ -102,10 +103,12 @@ class ServiceMiddleware:
             self.per_key = max_in_flight_per_key or max(1, max_in_flight // len(self.keys))
         self.key_in_flight = [0] * len(self.keys)
         self.key_receiving = [0] * len(self.keys)
+        self.lines = RequestLines()
+        """The request log lines, written a moment after their requests end (see `RequestLines`)."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, self._flushing(send) if scope["type"] == "lifespan" else send)
             return
         started = time.perf_counter()
         path = scope["path"]
@@ -145,29 +148,28 @@ class ServiceMiddleware:
             tenant = state.get(TENANT) if self.tenanted and path not in OPEN_PATHS else None
             self.metrics.observe_request(route, response["status"], elapsed, tenant or "")
             if path not in _QUIET and request_logger.isEnabledFor(logging.INFO):
-                # makeRecord + handle is `info()` without its walk up the stack for the caller's
-                # file and line, which the request line never shows.
-                request_logger.handle(
-                    request_logger.makeRecord(
-                        request_logger.name,
-                        logging.INFO,
-                        __file__,
-                        0,
-                        "request",
-                        (),
-                        None,
-                        extra={
-                            "request_id": request_id,
-                            "method": scope["method"],
-                            "route": route,
-                            "status": response["status"],
-                            "duration_ms": round(elapsed * 1000, 3),
-                            "client": (scope.get("client") or ("", 0))[0],
-                            "actions": response["actions"],
-                            "tenant": tenant,
-                        },
-                    )
+                self.lines.add(
+                    {
+                        "request_id": request_id,
+                        "method": scope["method"],
+                        "route": route,
+                        "status": response["status"],
+                        "duration_ms": round(elapsed * 1000, 3),
+                        "client": (scope.get("client") or ("", 0))[0],
+                        "actions": response["actions"],
+                        "tenant": tenant,
+                    }
                 )
+
+    def _flushing(self, send: Any) -> Any:
+        """The lifespan's `send`, writing the waiting request lines before the shutdown completes."""
+
+        async def send_after_flush(message: dict[str, Any]) -> None:
+            if message["type"].startswith("lifespan.shutdown"):
+                self.lines.flush()
+            await send(message)
+
+        return send_after_flush
 
     def _refuse(
         self, scope: dict[str, Any], headers: dict[str, str], ambiguous: bool
