@@ -32,7 +32,15 @@ from reflection._text import shorten
 from reflection.config import GateAction, GatePolicy, ReflectionConfig, RiskTier, ToolRule
 from reflection.formats import express_call, is_parallel, normalize_calls, normalize_history, normalize_tools, raw_calls
 from reflection.judge import Judge, JudgeError, JudgeFatalError, MemoryJudgeCache, build_judge
-from reflection.model import History, JudgeUsage, ReflectionResult, ToolCall, ToolInventory, ValueGrounding
+from reflection.model import (
+    History,
+    JudgeUsage,
+    ReflectionResult,
+    ToolCall,
+    ToolInventory,
+    ValueGrounding,
+    trusted,
+)
 from reflection.pipeline import NO_JUDGE, STATIC_FAILED, Reflector, assessable, siblings
 from reflection.verdict import overall_valid
 
@@ -156,8 +164,9 @@ class Gate:
             # the event loop serve other requests between slices of a large turn.
             decided = []
             for i in range(len(calls)):
+                if i:
+                    await slices.tick()
                 decided.append(await self._decide(raws[i], group, i, inventory, conversation, started))
-                await slices.tick()
             return decided
         decisions: list[Decision | None] = [None] * len(calls)
 
@@ -226,7 +235,7 @@ class Gate:
             if skipped is None:
                 result = await self._ask_judge(base, inventory, history, siblings(calls, index), started)
             else:
-                result = ReflectionResult(**base, judge_skipped=skipped, overall_valid=overall_valid(static, {}))
+                result = trusted(ReflectionResult, **base, judge_skipped=skipped, overall_valid=overall_valid(static, {}))
             telemetry.record_result(span, result)
         action, reason = self._action(result, risk, correctable)
         return self._finish(action, raw, call, reason, result, started)
@@ -326,7 +335,8 @@ class Gate:
         if self.policy.shadow:
             shadow_action, action, run, feedback = action, "allow", raw, None
             reason = f"shadow mode, would {shadow_action}: {reason}"
-        return Decision(
+        return trusted(
+            Decision,
             action=action,
             call=run,
             feedback=feedback,

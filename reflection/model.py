@@ -69,8 +69,8 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-_M = TypeVar("_M", bound=_Frozen)
-_UNSET_FIELDS: dict[type[Any], dict[str, Any]] = {}
+_M = TypeVar("_M", bound=BaseModel)
+_UNSET_FIELDS: dict[type[Any], tuple[dict[str, Any], tuple[tuple[str, Any], ...]]] = {}
 _new = object.__new__
 _set_attribute = object.__setattr__
 # The three per-instance slots every pydantic model has, set through their descriptors
@@ -85,10 +85,11 @@ def trusted(cls: type[_M], **values: Any) -> _M:
 
     Only for values that already are exactly what validation would return: builtin `str`
     (not a subclass), tuples where a field is a tuple, model instances, fresh dicts with `str`
-    keys, and every required field given. Fields are then stored as given; the object is
-    the same as `cls(**values)` in every public respect (field values and their order,
-    `model_fields_set`, `model_dump`, equality), as pydantic's own `model_construct` makes
-    it, at a fraction of the cost of either.
+    keys, and every required field given. Fields are then stored as given (a field left out
+    gets its default, or a fresh value from its default factory); the object is the same as
+    `cls(**values)` in every public respect (field values and their order, `model_fields_set`,
+    `model_dump`, equality), as pydantic's own `model_construct` makes it, at a fraction of
+    the cost of either.
     """
     return trusted_from(cls, values)
 
@@ -96,24 +97,30 @@ def trusted(cls: type[_M], **values: Any) -> _M:
 def trusted_from(cls: type[_M], values: Mapping[str, Any]) -> _M:
     """`trusted(cls, **values)` for a dict already built (not copied again)."""
     try:
-        defaults = _UNSET_FIELDS[cls]
+        defaults, factories = _UNSET_FIELDS[cls]
     except KeyError:
-        defaults = _defaults(cls)
+        defaults, factories = _defaults(cls)
     model = _new(cls)
-    _set_attribute(model, "__dict__", {**defaults, **values})
+    fields = {**defaults, **values}
+    for name, factory in factories:
+        if name not in values:
+            fields[name] = factory()
+    _set_attribute(model, "__dict__", fields)
     _set_fields_set(model, set(values))
     _set_extra(model, None)
     _set_private(model, None)
     return model
 
 
-def _defaults(cls: type[_Frozen]) -> dict[str, Any]:
-    # Every field in declaration order, with its default (required ones are always given).
-    if any(info.default_factory is not None for info in cls.model_fields.values()):
-        raise TypeError(f"{cls.__name__} has a default factory; build it with {cls.__name__}(...)")
+def _defaults(cls: type[BaseModel]) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
+    # Every field in declaration order, with its default (required ones are always given), and
+    # the fields whose default comes from a factory (called per object, as validation does).
     defaults = {name: None if info.is_required() else info.default for name, info in cls.model_fields.items()}
-    _UNSET_FIELDS[cls] = defaults
-    return defaults
+    factories = tuple(
+        (name, info.default_factory) for name, info in cls.model_fields.items() if info.default_factory is not None
+    )
+    _UNSET_FIELDS[cls] = defaults, factories
+    return defaults, factories
 
 
 class ToolSpec(_Frozen):

@@ -9,9 +9,11 @@ import pydantic
 import pytest
 
 from reflection.formats import normalize_call
+from reflection.gate import Decision
 from reflection.model import (
     CheckResult,
     Finding,
+    ReflectionResult,
     StaticResult,
     ToolCall,
     ToolSpec,
@@ -54,6 +56,30 @@ CASES = [
 ]
 
 
+_STATIC = StaticResult(call=_CALL, checks={"x": CheckResult(passed=True)}, warnings=())
+_RESULT = ReflectionResult(call=_CALL, static=_STATIC, judge_skipped="no judge configured", overall_valid=True)
+CASES += [
+    # What the gate builds for every decision (`Gate._decide_traced`, `Gate._finish`).
+    (ReflectionResult, {"call": _CALL, "static": _STATIC, "grounding": (), "warnings": ("w",), "overall_valid": True}),
+    (ReflectionResult, {"call": _CALL, "static": _STATIC, "judge_skipped": "static checks failed"}),
+    (
+        Decision,
+        {
+            "action": "allow",
+            "call": {"name": "get_weather", "arguments": {"city": "Paris"}},
+            "feedback": None,
+            "reason": "valid",
+            "result": _RESULT,
+            "latency_ms": 0.5,
+            "cost_usd": 0.0,
+            "shadow_action": None,
+            "tool": "get_weather",
+        },
+    ),
+    (Decision, {"action": "deny", "call": None, "reason": "r", "latency_ms": 1.0, "tool": "t", "feedback": "f"}),
+]
+
+
 @pytest.mark.parametrize(("cls", "values"), CASES)
 def test_a_trusted_model_is_the_validated_one(cls, values):
     made, validated = trusted(cls, **values), cls(**values)
@@ -71,9 +97,13 @@ def test_a_trusted_model_is_the_validated_one(cls, values):
         made.__setattr__(next(iter(cls.model_fields)), None)  # still frozen
 
 
-def test_models_with_default_factories_are_refused():
-    with pytest.raises(TypeError, match="ToolSpec"):
-        trusted(ToolSpec, name="t")
+def test_a_default_factory_gives_each_object_its_own_value():
+    first, second = trusted(ToolSpec, name="t"), trusted(ToolSpec, name="t")
+    assert first == ToolSpec(name="t") and first.model_fields_set == {"name"}
+    assert first.parameters == {"type": "object", "properties": {}}
+    assert first.parameters is not second.parameters
+    given = {"type": "object", "properties": {"a": {"type": "string"}}}
+    assert trusted(ToolSpec, name="t", parameters=given).parameters is given
 
 
 def test_a_result_survives_validation_unchanged():
