@@ -235,7 +235,9 @@ class Gate:
             if skipped is None:
                 result = await self._ask_judge(base, inventory, history, siblings(calls, index), started)
             else:
-                result = trusted(ReflectionResult, **base, judge_skipped=skipped, overall_valid=overall_valid(static, {}))
+                result = trusted(
+                    ReflectionResult, **base, judge_skipped=skipped, overall_valid=overall_valid(static, {})
+                )
             telemetry.record_result(span, result)
         action, reason = self._action(result, risk, correctable)
         return self._finish(action, raw, call, reason, result, started)
