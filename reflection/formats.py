@@ -8,6 +8,7 @@ JSON-like at all (API misuse) raise `TypeError`.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -44,7 +45,7 @@ from reflection.model import (
     trusted_from,
 )
 
-__all__ = ["normalize_call", "normalize_calls", "normalize_history", "normalize_tools"]
+__all__ = ["normalize_call", "normalize_calls", "normalize_history", "normalize_tools", "prepare_history"]
 
 # Python and BFCL type names -> JSON Schema. JSON Schema never uses these names itself,
 # so the mapping is safe to apply to every spec.
@@ -703,6 +704,8 @@ def normalize_history(raw: Any) -> History:
     lone surrogate) are skipped and reported in `History.problems`.
     """
     if isinstance(raw, History):
+        if _PREPARED.get(id(raw)) is raw:  # read by `prepare_history`: nothing to walk again
+            return raw
         found = [_message_problem(m) for m in raw.messages]
         if not any(found):
             return _without_own_words(raw)
@@ -759,6 +762,19 @@ def normalize_history(raw: Any) -> History:
                     tool_names[call.id] = call.name
             messages.append(message)
     return _without_own_words(trusted_from(History, {"messages": tuple(messages), "problems": tuple(problems)}))
+
+
+def prepare_history(raw: Any) -> History:
+    """`normalize_history(raw)`, for a caller that reads a conversation before its calls come (the
+    gateway, while the model works on the request): passed to the gate, it is taken as it is
+    instead of walked again. Held by weak reference only, so a prepared conversation lives no
+    longer than its caller keeps it."""
+    history = normalize_history(raw)
+    _PREPARED[id(history)] = history
+    return history
+
+
+_PREPARED: weakref.WeakValueDictionary[int, History] = weakref.WeakValueDictionary()
 
 
 def _without_own_words(history: History) -> History:

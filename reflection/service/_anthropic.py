@@ -58,7 +58,7 @@ DIALECT = ANTHROPIC
 
 async def answer(call: Call, raw: bytes) -> Response:
     """Answer one `POST /v1/messages` with tools (plain or streamed)."""
-    response = await call.client.forward(call.client.url_for(DIALECT), raw, call.headers, call.secrets)
+    response = await call.forward(DIALECT, raw)
     if isinstance(response, Response):
         return response
     if call.body.get("stream"):

@@ -115,7 +115,7 @@ async def answer(call: Call, raw: bytes, memory: ResponseMemory) -> Response:
     """Answer one `POST /v1/responses` with tools (plain or streamed); `memory` holds the turns
     relayed before (read for `previous_response_id`, and this one added)."""
     dialect = ResponsesDialect(memory.earlier(call.owner, call.body.get("previous_response_id")))
-    response = await call.client.forward(call.client.url_for(dialect), raw, call.headers, call.secrets)
+    response = await call.forward(dialect, raw)
     if isinstance(response, Response):
         return response
     if call.body.get("stream"):

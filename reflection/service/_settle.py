@@ -9,6 +9,7 @@ more calls than a reply may carry is refused (502) whole.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,8 @@ import aiohttp
 from starlette.responses import Response, StreamingResponse
 
 from reflection import reask
+from reflection.formats import normalize_tools, prepare_history
+from reflection.model import History
 from reflection.reask import Budget, Reply, Said, TooManyCalls, Turn
 from reflection.service._dialects import Dialect, Refused, reply_bytes
 from reflection.service._metrics import TenantMetrics
@@ -47,10 +50,29 @@ class Call:
     deadline: float | None
     owner: bytes = b""
     """Who made the request (a digest of its credentials), so one client's stored turns are never another's."""
+    prepared: asyncio.Future[History | None] | None = None
+    """The request's conversation as the gate reads it, read while the upstream works (`forward`)."""
 
     def budget(self) -> Budget:
         """The re-ask bounds for this request (`gate.max_reflect_rounds`, `gate.reflect_fallback`)."""
         return Budget(self.gate.policy, self.max_calls)
+
+    async def forward(self, dialect: Dialect, raw: bytes) -> aiohttp.ClientResponse | Response:
+        """Send the request (`raw`) to `dialect`'s upstream endpoint (see `UpstreamClient.forward`),
+        and read its tools and conversation for the gate while the model answers: that work is
+        then off the answer's path (the conversation's grows with its length, and a tool list
+        the gate has not seen is compiled)."""
+        self.prepared = asyncio.ensure_future(self._prepare(dialect))
+        return await self.client.forward(self.client.url_for(dialect), raw, self.headers, self.secrets)
+
+    async def _prepare(self, dialect: Dialect) -> History | None:
+        # One turn of the loop first: the upstream client writes the request on the next turn.
+        await asyncio.sleep(0)
+        try:
+            normalize_tools(dialect.specs(self.body))
+            return prepare_history(dialect.history(self.body, dialect.conversation(self.body)))
+        except Exception:  # noqa: BLE001 - read again by `settle`, which raises it where it belongs
+            return None
 
 
 async def settle(call: Call, dialect: Dialect, said: Said, budget: Budget) -> Turn:
@@ -59,14 +81,17 @@ async def settle(call: Call, dialect: Dialect, said: Said, budget: Budget) -> Tu
     `Refused` with what the client gets instead when an answer cannot be passed on."""
     tools = dialect.specs(call.body)
     conversation = dialect.conversation(call.body)
+    prepared = await call.prepared if call.prepared is not None else None  # the request's conversation
 
     async def check(calls: list[Any]) -> list[Decision]:
-        decided = await call.gate.check(calls, tools, dialect.history(call.body, conversation), started=call.started)
+        history = prepared if prepared is not None else dialect.history(call.body, conversation)
+        decided = await call.gate.check(calls, tools, history, started=call.started)
         return decided if isinstance(decided, list) else [decided]
 
     async def ask(turn: Said, calls: list[Any], results: list[str], round_: int) -> Reply:
-        nonlocal conversation
+        nonlocal conversation, prepared
         conversation, _ = dialect.extend(conversation, turn, calls, results, round_)
+        prepared = None  # the conversation now has the re-ask's turns
         reply = await call.client.post(
             call.client.url_for(dialect),
             reply_bytes(dialect.reask(call.body, conversation)),

@@ -274,7 +274,7 @@ class Gateway:
     # --- Chat Completions -------------------------------------------------------------------
 
     async def _complete(self, call: Call, raw: bytes) -> Response:
-        response = await self.client.forward(self.url, raw, call.headers, call.secrets)
+        response = await call.forward(CHAT, raw)
         if isinstance(response, Response):
             return response
         upstream_headers = response.headers
@@ -300,7 +300,7 @@ class Gateway:
         return answered(data, turns, upstream_headers)
 
     async def _stream(self, call: Call, raw: bytes) -> Response:
-        response = await self.client.forward(self.url, raw, call.headers, call.secrets)
+        response = await call.forward(CHAT, raw)
         if isinstance(response, Response):
             return response
         return streamed(response, self._relay(call, response), "the finish chunk")
