@@ -85,7 +85,9 @@ def test_without_a_prepared_conversation_the_gate_reads_the_request_as_before():
         gate = _Recording(policy=GatePolicy())
         gate.seen = []
         call = _call(gate)
-        turn = await settle(call, CHAT, Said([CALL], {"role": "assistant", "tool_calls": [CALL]}), Budget(gate.policy, 64))
+        turn = await settle(
+            call, CHAT, Said([CALL], {"role": "assistant", "tool_calls": [CALL]}), Budget(gate.policy, 64)
+        )
         return gate.seen, turn
 
     seen, turn = asyncio.run(run())
