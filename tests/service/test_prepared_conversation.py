@@ -10,7 +10,7 @@ from reflection.config import GatePolicy
 from reflection.formats import normalize_history, prepare_history
 from reflection.gate import Gate
 from reflection.model import History, Message
-from reflection.reask import Budget, Said
+from reflection.reask import Said, Turn
 from reflection.service._dialects import CHAT
 from reflection.service._metrics import Metrics
 from reflection.service._settle import Call, settle
@@ -64,33 +64,33 @@ def _call(gate: Gate) -> Call:
     return Call(None, gate, metrics, 64, body, {}, [], None, None)  # type: ignore[arg-type]
 
 
-def test_the_gate_reads_the_conversation_prepared_while_the_model_worked():
+def _settled(prepare: bool) -> tuple[list[object], History | None, Turn]:
+    """What the gate was given when a valid call's turn was settled, the conversation prepared (or
+    not, as when the request was never forwarded), and the turn."""
+
     async def run():
         gate = _Recording(policy=GatePolicy())
         gate.seen = []
         call = _call(gate)
-        call.prepared = asyncio.ensure_future(call._prepare(CHAT))
-        prepared = await call.prepared
+        prepared = None
+        if prepare:
+            call.prepared = asyncio.ensure_future(call._prepare(CHAT))
+            prepared = await call.prepared
         turn = await settle(call, CHAT, Said([CALL], {"role": "assistant", "tool_calls": [CALL]}), call.budget())
         return gate.seen, prepared, turn
 
-    seen, prepared, turn = asyncio.run(run())
+    return asyncio.run(run())
+
+
+def test_the_gate_reads_the_conversation_prepared_while_the_model_worked():
+    seen, prepared, turn = _settled(prepare=True)
     assert isinstance(prepared, History) and prepared == normalize_history(MESSAGES)
     assert seen == [prepared] and seen[0] is prepared
     assert [d["action"] for d in turn.decisions] == ["allow"]
 
 
 def test_without_a_prepared_conversation_the_gate_reads_the_request_as_before():
-    async def run():
-        gate = _Recording(policy=GatePolicy())
-        gate.seen = []
-        call = _call(gate)
-        turn = await settle(
-            call, CHAT, Said([CALL], {"role": "assistant", "tool_calls": [CALL]}), Budget(gate.policy, 64)
-        )
-        return gate.seen, turn
-
-    seen, turn = asyncio.run(run())
+    seen, _, turn = _settled(prepare=False)
     assert seen == [MESSAGES]
     assert [d["action"] for d in turn.decisions] == ["allow"]
 
