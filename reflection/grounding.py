@@ -160,7 +160,9 @@ class _Conversation:
                     position = self._add(out, start, end)
                     continue
                 misses += 1
-                if misses > _FIND_MISSES:  # many near misses ("5" in a table of numbers)
+                if misses > _FIND_MISSES and _MARKS.isdisjoint(needle):  # many near misses ("5" in a table of numbers)
+                    # (A needle holding a mark character is never looked for marked: marking
+                    # makes those characters one, so "2\x002" would be found in "2\x032".)
                     out = self._marked_sources(_mark(needle), None)
                     break
                 position = self._run_end(start)  # no match starts inside this token
@@ -321,6 +323,8 @@ _LONG_RUN = 256  # tokens longer than this are remembered by `_run_end`
 _NON_WORD = re.compile(r"\W")
 _BOUNDARY = re.compile(r"\b")
 _CLEAN = str.maketrans({"\x00": "\x01", "\x03": "\x01"})
+_MARKS = frozenset("\x00\x01\x03")
+"""The characters marking makes one (`_CLEAN`): a needle holding one is looked for as it is."""
 
 
 def _mark(text: str) -> str:
