@@ -137,11 +137,18 @@ def upstream():
         yield server
 
 
+def _serving(tmp_path_factory, name: str, upstream: dict):
+    """A `reflection serve` process with this `upstream` config, stopped after the module."""
+    server = ServiceProcess(tmp_path_factory.mktemp(name), {"upstream": upstream}).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory, upstream):
-    server = ServiceProcess(tmp_path_factory.mktemp("closing"), {"upstream": {"base_url": upstream.base_url}}).start()
-    yield server
-    server.stop()
+    yield from _serving(tmp_path_factory, "closing", {"base_url": upstream.base_url})
 
 
 def test_a_connection_the_upstream_closed_on_reuse_is_retried_on_a_new_one(gateway, upstream):
@@ -212,10 +219,8 @@ def sized():
 
 @pytest.fixture(scope="module")
 def capped_gateway(tmp_path_factory, sized):
-    config = {"upstream": {"base_url": sized.base_url, "max_response_bytes": MAX_BYTES, "timeout": 120}}
-    server = ServiceProcess(tmp_path_factory.mktemp("capped"), config).start()
-    yield server
-    server.stop()
+    config = {"base_url": sized.base_url, "max_response_bytes": MAX_BYTES, "timeout": 120}
+    yield from _serving(tmp_path_factory, "capped", config)
 
 
 def test_a_declared_length_past_the_cap_is_refused_before_its_body_is_read(capped_gateway, sized):
